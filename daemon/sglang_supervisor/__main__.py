@@ -1,0 +1,3 @@
+from sglang_supervisor.cli import main
+
+raise SystemExit(main())

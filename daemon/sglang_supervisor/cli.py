@@ -1,0 +1,129 @@
+"""Command line: argument definitions and the exit-code contract.
+
+Each subcommand's work lives in `sglang_supervisor.commands.<name>` and is imported lazily, so
+`sglang-supervisor --help` and `check` stay fast and need neither NVML nor an engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from sglang_supervisor import __version__
+from sglang_supervisor.exitcodes import ExitCode
+
+DEFAULT_CONFIG = "/etc/sglang-supervisor/qwen.yaml"
+
+EXIT_CODES_HELP = """exit codes:
+  0   clean stop
+  2   usage error
+  69  every profile of the fallback ladder failed
+  75  temporary: GPU held by a foreign process, port busy (systemd may retry)
+  78  configuration error (systemd does not restart: RestartPreventExitStatus=78)
+"""
+
+
+def _add_config(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument(
+        "--config",
+        "-c",
+        required=required,
+        default=None if required else DEFAULT_CONFIG,
+        metavar="FILE",
+        help="supervisor configuration (YAML)" + ("" if required else f"; default {DEFAULT_CONFIG}"),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sglang-supervisor",
+        description="Keeps a tuned SGLang server fast and alive: renders the command from a profile, "
+        "gates readiness on CUDA graph capture, probes tokens/s, exports Prometheus metrics and "
+        "falls back along a profile ladder when capture fails, the engine crashes or hangs, or "
+        "throughput regresses.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("run", help="the daemon (what systemd starts)", epilog=EXIT_CODES_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config(p)
+    p.add_argument("--log-format", choices=["journald", "json", "console"], default=None,
+                   help="supervisor log format (default: journald under systemd, console on a terminal)")
+    p.add_argument("--retry-known-bad", action="store_true",
+                   help="ignore remembered known-bad profiles for this start")
+
+    p = sub.add_parser("check", help="validate a configuration (exit 0 or 78)")
+    _add_config(p)
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+
+    p = sub.add_parser("render", help="show the SGLang command(s) a configuration would start")
+    _add_config(p)
+    p.add_argument("--profile", "-p", help="render only this profile (default: every profile)")
+    p.add_argument("--sglang-version", metavar="V",
+                   help="render for this SGLang version (default: the configured engine version)")
+    p.add_argument("--format", choices=["shell", "json"], default="shell")
+
+    p = sub.add_parser("logscan", help="explain a saved SGLang log: ready? capture? why did it fail?")
+    p.add_argument("files", nargs="+", metavar="FILE", help="engine log file(s); - for stdin")
+    p.add_argument("--json", action="store_true", help="one JSON object per file")
+
+    p = sub.add_parser("demo", help="run the supervisor on the SGLang simulator, in the foreground",
+                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                   help="inject a simulator fault into the first profile's engine (repeatable; "
+                   "see sglang-sim --help), e.g. capture-fail:prefill")
+    p.add_argument("--engine-port", type=int, default=None, metavar="N",
+                   help="simulated engine port (default: a free loopback port)")
+    p.add_argument("--metrics-address", default=None, metavar="HOST:PORT",
+                   help="metrics endpoint (default: 127.0.0.1:9400, or a free port if taken)")
+    p.add_argument("--exit-after-ready", action="store_true",
+                   help="stop cleanly once READY was sent (for scripts and tests)")
+    p.add_argument("--json-summary", action="store_true",
+                   help="print a JSON summary of the attempts as the last stdout line at exit")
+    p.add_argument("--time-scale", type=float, default=None, metavar="X",
+                   help="simulator time scale (default: $SGLANG_SIM_TIME_SCALE or 0.05)")
+
+    p = sub.add_parser("probe", help="measure TTFT and decode tok/s of any SGLang server")
+    p.add_argument("--url", required=True, help="engine base URL, e.g. http://127.0.0.1:30000")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    p.add_argument("--input-tokens", type=int, default=None, metavar="N",
+                   help="approximate prompt length (default: the versioned probe shape)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="C")
+    p.add_argument("--runs", type=int, default=3, metavar="R")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="per-request timeout")
+    p.add_argument("--api-key-file", metavar="FILE",
+                   help="file holding the API key (or set SGLANG_API_KEY)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("doctor", help="audit host, engine and profiles: the performance left on the table")
+    _add_config(p)
+    p.add_argument("--url", help="also inspect this running server (/server_info)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("tune", help="start each profile, probe it, rank them; run then starts the winner")
+    _add_config(p)
+    p.add_argument("--profiles", metavar="P,...", help="comma-separated profile names (default: all)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="probes per profile")
+    p.add_argument("--json", action="store_true")
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(f"sglang_supervisor.commands.{args.command}")
+    try:
+        code: int = module.main(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures"
+SGLANG_0517 = FIXTURES / "sglang-0.5.17-h200"
+
+# `tests` is not a package; make `from tiers import require` work from every tier's folder.
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture
+def sglang_0517() -> Path:
+    return SGLANG_0517

@@ -1,0 +1,879 @@
+"""The lifecycle state machine: inputs in, actions out. Pure: no I/O, no clock, no randomness.
+
+The supervisor (imperative shell) feeds two kinds of input: the `EngineEvent`s parsed from the
+engine's log (`events.py`) and its own observations defined here (the engine exited, a timer
+fired, a probe or health check finished, a signal arrived...). `Lifecycle.handle` answers with
+`Action`s that the shell carries out (launch, stop, notify systemd, persist state, log, exit).
+
+Deadlines are actions too: the machine asks for a named timer (`SetTimer`) and the shell feeds
+`TimerFired` back, so every decision can be tested without sleeping.
+
+Readiness is three facts together: every expected CUDA graph capture ended on every rank, SGLang
+printed its ready line, and the supervisor's own first probe succeeded. "HTTP is up" is not ready:
+a warmup request can still fail after the port is bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+from sglang_supervisor.events import (
+    CaptureBegan,
+    CaptureEnded,
+    DecodeStats,
+    EngineCrashed,
+    EngineEvent,
+    EngineFailed,
+    FailureClass,
+    HttpUp,
+    KVCacheAllocated,
+    PrefillGraphDisabled,
+    ServerReady,
+    WeightsLoadBegan,
+    WeightsLoaded,
+)
+from sglang_supervisor.exitcodes import ExitCode
+
+
+class Phase(str, Enum):
+    PREFLIGHT = "preflight"
+    LAUNCHING = "launching"
+    LOADING_WEIGHTS = "loading_weights"
+    CAPTURING_GRAPHS = "capturing_graphs"
+    WARMING_UP = "warming_up"
+    READY = "ready"
+    SERVING = "serving"
+    DEGRADED = "degraded"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+STARTING_PHASES = frozenset(
+    {Phase.LAUNCHING, Phase.LOADING_WEIGHTS, Phase.CAPTURING_GRAPHS, Phase.WARMING_UP}
+)
+UP_PHASES = frozenset({Phase.READY, Phase.SERVING, Phase.DEGRADED})
+
+# (owner, phase, rank): one capture that must end before READY. rank None = unprefixed lines (tp=1).
+CaptureKey = tuple[str, str, str | None]
+
+# Timer names the shell implements. The stall timer restarts on every byte of engine output.
+STALL_TIMER = "stall"
+START_TIMER = "start"
+FAILURE_GRACE_TIMER = "failure_grace"
+
+# Failure classes that only say "something broke": a finer class seen in the same start wins.
+GENERIC_FAILURES = frozenset(
+    {FailureClass.SCHEDULER_EXCEPTION, FailureClass.CHILD_CRASHED, FailureClass.OTHER}
+)
+# Exit codes that never go down the ladder: another profile cannot fix them.
+CONFIG_FAILURES = frozenset({FailureClass.UNKNOWN_FLAG})
+TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE})
+
+# argparse's exit status: the command line itself was rejected.
+ARGPARSE_EXIT = 2
+
+
+# ----------------------------------------------------------------------------- settings
+
+@dataclass(frozen=True)
+class Settings:
+    """What the machine needs from the configuration and the persisted state."""
+
+    profiles: tuple[str, ...]  # the ladder, in configuration order
+    remediation: Mapping[str, str] = field(default_factory=lambda: {"default": "next"})
+    last_good: str | None = None  # tried first when still in the ladder
+    known_bad: Mapping[str, str] = field(default_factory=dict)  # profile -> failure class
+    retry_known_bad: bool = False
+    same_profile_retries: int = 1
+    health_failures: int = 3
+    stall_s: float = 600.0
+    start_s: float = 3600.0
+    backoff_s: float = 2.0
+    # An engine that printed a fatal signature but did not exit is stopped after this long.
+    failure_grace_s: float = 15.0
+
+
+# ----------------------------------------------------------------------------- inputs
+
+@dataclass(frozen=True)
+class Start:
+    """Preflight passed: choose the first profile and launch it."""
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The engine process exists. `expected` are the captures READY waits for."""
+
+    attempt: int
+    pid: int
+    expected: frozenset[CaptureKey]
+
+
+@dataclass(frozen=True)
+class LaunchFailed:
+    """The engine could not be started at all (render problems, missing executable...)."""
+
+    attempt: int
+    message: str
+    config_error: bool
+
+
+@dataclass(frozen=True)
+class EngineExited:
+    attempt: int
+    returncode: int | None  # None: it never started (a pending launch was cancelled)
+    we_stopped: bool
+    clean: bool = False  # the returncode is a clean stop for this engine version
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    name: str
+
+
+@dataclass(frozen=True)
+class ProbeOk:
+    tok_s: float | None
+    ttft_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeFailed:
+    reason: str
+    hung: bool  # it timed out (a wedge) rather than got an error
+
+
+@dataclass(frozen=True)
+class HealthOk:
+    pass
+
+
+@dataclass(frozen=True)
+class HealthFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    signal: str
+
+
+@dataclass(frozen=True)
+class ReloadRequested:
+    """The configuration was re-read successfully. `changed`: the rendered command differs."""
+
+    changed: bool
+    settings: Settings | None = None
+
+
+RegressionKind = Literal["restart_same", "next_profile", "switch", "keep"]
+
+
+@dataclass(frozen=True)
+class RegressionDecision:
+    """The throughput monitor's verdict. `profile` names the target of `switch`."""
+
+    kind: RegressionKind
+    reason: str = ""
+    profile: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuBusy:
+    """A foreign process holds the GPU memory the engine needs."""
+
+    detail: str
+
+
+SupervisorInput = (
+    Start
+    | Launched
+    | LaunchFailed
+    | EngineExited
+    | TimerFired
+    | ProbeOk
+    | ProbeFailed
+    | HealthOk
+    | HealthFailed
+    | StopRequested
+    | ReloadRequested
+    | RegressionDecision
+    | GpuBusy
+)
+Input = SupervisorInput | EngineEvent
+
+
+# ----------------------------------------------------------------------------- actions
+
+@dataclass(frozen=True)
+class Launch:
+    profile: str
+    attempt: int
+    reason: str
+    delay_s: float  # backoff before spawning (after the GPU release wait)
+
+
+@dataclass(frozen=True)
+class StopEngine:
+    reason: str
+
+
+@dataclass(frozen=True)
+class SetTimer:
+    name: str
+    seconds: float
+    reset_on_output: bool = False
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    name: str
+
+
+@dataclass(frozen=True)
+class RunReadyProbe:
+    attempt: int
+
+
+@dataclass(frozen=True)
+class NotifyReady:
+    pass
+
+
+@dataclass(frozen=True)
+class NotifyStatus:
+    text: str
+
+
+@dataclass(frozen=True)
+class NotifyStopping:
+    pass
+
+
+@dataclass(frozen=True)
+class NotifyReloading:
+    pass
+
+
+@dataclass(frozen=True)
+class MarkGood:
+    profile: str
+
+
+@dataclass(frozen=True)
+class MarkBad:
+    profile: str
+    failure_class: FailureClass
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: ExitCode
+    reason: str
+
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class Log:
+    event: str
+    level: LogLevel = "info"
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+Action = (
+    Launch
+    | StopEngine
+    | SetTimer
+    | CancelTimer
+    | RunReadyProbe
+    | NotifyReady
+    | NotifyStatus
+    | NotifyStopping
+    | NotifyReloading
+    | MarkGood
+    | MarkBad
+    | Exit
+    | Log
+)
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+def classify_failure(
+    returncode: int | None,
+    failures: Iterable[EngineFailed],
+    verdict: FailureClass | None = None,
+) -> FailureClass:
+    """Why a start or a run failed.
+
+    The engine's own signature is the best witness (the first specific one: later lines are
+    fallout); then the supervisor's verdict (hang, wedged); then a generic signature; then the
+    exit code (argparse's 2); else OTHER.
+    """
+    seen = list(failures)
+    specific = [f.failure for f in seen if f.failure not in GENERIC_FAILURES]
+    if specific:
+        return specific[0]
+    if verdict is not None:
+        return verdict
+    if seen:
+        return seen[0].failure
+    if returncode == ARGPARSE_EXIT:
+        return FailureClass.UNKNOWN_FLAG
+    return FailureClass.OTHER
+
+
+def ladder_order(settings: Settings) -> tuple[str, ...]:
+    """Configuration order, with the last known good profile first."""
+    order = list(settings.profiles)
+    if settings.last_good in order:
+        order.remove(settings.last_good)
+        order.insert(0, settings.last_good)
+    return tuple(order)
+
+
+def skipped_known_bad(settings: Settings) -> dict[str, str]:
+    """Known-bad profiles this run skips. If every profile is known bad, none is skipped:
+    refusing to start at all would pin the service down until the entries expire."""
+    if settings.retry_known_bad:
+        return {}
+    bad = {p: c for p, c in settings.known_bad.items() if p in settings.profiles}
+    if len(bad) >= len(settings.profiles):
+        return {}
+    return bad
+
+
+def choose_next(
+    failure: FailureClass,
+    current: str | None,
+    order: tuple[str, ...],
+    remediation: Mapping[str, str],
+    excluded: Iterable[str],
+) -> tuple[str | None, str]:
+    """The profile to try after `failure`, and why (a rule name for the log).
+
+    A remediation rule maps a failure class (or "default") to a profile name, "next" or "stop".
+    A named profile that was already tried or is known bad falls through to "next".
+    Returns (None, why) when the ladder is exhausted or the rule says stop.
+    """
+    out = set(excluded)
+    rule = remediation.get(failure.value, remediation.get("default", "next"))
+    if rule == "stop":
+        return None, f"remediation[{failure.value}]=stop"
+    if rule != "next":
+        if rule in order and rule not in out and rule != current:
+            return rule, f"remediation[{failure.value}]={rule}"
+        why = f"remediation[{failure.value}]={rule} already tried or unknown; next"
+    else:
+        why = "next"
+    start = order.index(current) + 1 if current in order else 0
+    for name in order[start:] + order[:start]:
+        if name not in out and name != current:
+            return name, why
+    return None, "every profile tried"
+
+
+# ----------------------------------------------------------------------------- the machine
+
+@dataclass
+class Attempt:
+    profile: str
+    attempt: int
+    reason: str
+    started_at: float
+    ended_at: float | None = None
+    outcome: str = "running"  # running | ready | failed | crashed | stopped
+    failure_class: FailureClass | None = None
+
+    def seconds(self, now: float) -> float:
+        return round((self.ended_at if self.ended_at is not None else now) - self.started_at, 3)
+
+
+class Lifecycle:
+    """One supervisor run. Feed `handle(input, now)`; carry out the returned actions in order."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.phase = Phase.PREFLIGHT
+        self.profile: str | None = None
+        self.attempt = 0
+        self.attempts: list[Attempt] = []
+        self.tok_s: float | None = None
+        self.ready_sent = False
+        self.exit: Exit | None = None
+        self._order = ladder_order(settings)
+        self._skipped: dict[str, str] = skipped_known_bad(settings)
+        self._failed: set[str] = set()  # profiles that failed in this run
+        self._crashes: dict[str, int] = {}  # crash-after-ready count per profile
+        self._engine_alive = False
+        self._stop_reason: str | None = None  # why we asked the engine to stop
+        self._next_profile: str | None = None  # relaunch target after a deliberate stop
+        self._expected: set[CaptureKey] = set()
+        self._ended: set[CaptureKey] = set()
+        self._failures: list[EngineFailed] = []
+        self._ready_line = False
+        self._probing = False
+        self._reached_ready = False  # this attempt reached READY
+        self._health_misses = 0
+        self._reload_pending = False
+        self._phase_since = 0.0
+
+    # -- public ---------------------------------------------------------------------------
+
+    def handle(self, inp: Input, now: float) -> list[Action]:
+        if self.phase in (Phase.STOPPED, Phase.FAILED):
+            return []
+        if isinstance(inp, EngineEvent):
+            return self._on_engine_event(inp, now)
+        handler = getattr(self, f"_on_{type(inp).__name__}")
+        actions: list[Action] = handler(inp, now)
+        return actions
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Status for `/status` and the demo summary (no secrets: names and numbers only)."""
+        return {
+            "phase": self.phase.value,
+            "profile": self.profile,
+            "attempt": self.attempt,
+            "ready": self.phase in UP_PHASES,
+            "tok_s": self.tok_s,
+            "phase_seconds": round(now - self._phase_since, 3),
+            "captures_expected": len(self._expected),
+            "captures_ended": len(self._ended & self._expected),
+            "failed_profiles": sorted(self._failed),
+            "skipped_known_bad": dict(self._skipped),
+            "attempts": [
+                {
+                    "profile": a.profile,
+                    "attempt": a.attempt,
+                    "reason": a.reason,
+                    "outcome": a.outcome,
+                    "failure_class": a.failure_class.value if a.failure_class else None,
+                    "seconds": a.seconds(now),
+                }
+                for a in self.attempts
+            ],
+        }
+
+    def status_text(self) -> str:
+        parts = [self.phase.value]
+        if self.profile:
+            parts.append(f"profile={self.profile}")
+        if self.tok_s is not None:
+            parts.append(f"tok/s={self.tok_s:.1f}")
+        if self._expected and self.phase == Phase.CAPTURING_GRAPHS:
+            parts.append(f"graphs={len(self._ended & self._expected)}/{len(self._expected)}")
+        return " ".join(parts)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _set_phase(self, phase: Phase, now: float) -> list[Action]:
+        if phase == self.phase:
+            return []
+        self.phase = phase
+        self._phase_since = now
+        return [NotifyStatus(self.status_text())]
+
+    def _current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    def _close_attempt(self, now: float, outcome: str, failure: FailureClass | None) -> None:
+        cur = self._current()
+        if cur is None or cur.ended_at is not None:
+            return
+        cur.ended_at = now
+        # An attempt that reached READY keeps that outcome when it is later stopped on purpose.
+        if not (cur.outcome == "ready" and outcome == "stopped"):
+            cur.outcome = outcome
+        cur.failure_class = failure
+
+    def _exit(self, code: ExitCode, reason: str, now: float) -> list[Action]:
+        self.exit = Exit(code, reason)
+        acts: list[Action] = []
+        if code == ExitCode.OK:
+            acts += self._set_phase(Phase.STOPPED, now)
+        else:
+            acts += self._set_phase(Phase.FAILED, now)
+        level: LogLevel = "info" if code == ExitCode.OK else "error"
+        acts.append(Log("supervisor.exit", level, {"code": int(code), "reason": reason}))
+        acts.append(self.exit)
+        return acts
+
+    def _cancel_timers(self) -> list[Action]:
+        return [CancelTimer(STALL_TIMER), CancelTimer(START_TIMER), CancelTimer(FAILURE_GRACE_TIMER)]
+
+    def _launch(self, profile: str, reason: str, now: float, delay_s: float) -> list[Action]:
+        self.attempt += 1
+        self.profile = profile
+        self.attempts.append(Attempt(profile, self.attempt, reason, started_at=now))
+        self._engine_alive = True
+        self._stop_reason = None
+        self._next_profile = None
+        self._expected = set()
+        self._ended = set()
+        self._failures = []
+        self._ready_line = False
+        self._probing = False
+        self._reached_ready = False
+        self._health_misses = 0
+        acts: list[Action] = []
+        acts += self._set_phase(Phase.LAUNCHING, now)
+        acts.append(Log("engine.launch", "info",
+                        {"profile": profile, "attempt": self.attempt, "reason": reason}))
+        acts.append(Launch(profile, self.attempt, reason, delay_s))
+        acts.append(SetTimer(STALL_TIMER, self.settings.stall_s, reset_on_output=True))
+        acts.append(SetTimer(START_TIMER, self.settings.start_s + delay_s))
+        return acts
+
+    def _stop(self, reason: str) -> list[Action]:
+        if self._stop_reason is not None:
+            return []  # already stopping; the first reason decides what happens next
+        self._stop_reason = reason
+        return [*self._cancel_timers(), Log("engine.stop", "info", {"profile": self.profile,
+                                                                    "reason": reason}),
+                StopEngine(reason)]
+
+    def _excluded(self) -> set[str]:
+        return self._failed | set(self._skipped)
+
+    def _fail_over(self, failure: FailureClass, message: str, now: float,
+                   after_ready: bool) -> list[Action]:
+        """The current attempt is over because of `failure`: retry, fall back, or exit."""
+        profile = self.profile or ""
+        acts: list[Action] = []
+        self._close_attempt(now, "crashed" if after_ready else "failed", failure)
+        acts.append(Log("engine.failed", "error", {
+            "profile": profile, "attempt": self.attempt, "failure_class": failure.value,
+            "message": message, "after_ready": after_ready,
+            "seconds": self.attempts[-1].seconds(now) if self.attempts else 0.0,
+        }))
+        if failure in CONFIG_FAILURES:
+            return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}", now)
+        if failure in TEMPORARY_FAILURES:
+            return acts + self._exit(ExitCode.TEMPORARY, f"{failure.value}: {message}", now)
+        if after_ready:
+            count = self._crashes.get(profile, 0) + 1
+            self._crashes[profile] = count
+            if count <= self.settings.same_profile_retries:
+                acts.append(Log("profile.retry_same", "warning", {
+                    "profile": profile, "failure_class": failure.value, "retry": count,
+                    "of": self.settings.same_profile_retries}))
+                acts += self._set_phase(Phase.RESTARTING, now)
+                return acts + self._launch(profile, f"retry after {failure.value}", now,
+                                           self.settings.backoff_s)
+        self._failed.add(profile)
+        acts.append(MarkBad(profile, failure))
+        target, why = choose_next(failure, profile, self._order, self.settings.remediation,
+                                  self._excluded())
+        if target is None:
+            return acts + self._exit(
+                ExitCode.ALL_PROFILES_FAILED,
+                f"no profile left to try after {profile} failed with {failure.value} ({why})", now)
+        acts.append(Log("profile.fallback", "warning", {
+            "from_profile": profile, "to_profile": target, "failure_class": failure.value,
+            "rule": why}))
+        acts += self._set_phase(Phase.RESTARTING, now)
+        return acts + self._launch(target, f"fallback after {failure.value}", now,
+                                   self.settings.backoff_s)
+
+    def _ready_gate(self, now: float) -> list[Action]:
+        """Start the first probe once every capture ended and the ready line was printed."""
+        if self._probing or not self._ready_line or self.phase not in STARTING_PHASES:
+            return []
+        missing = sorted(self._expected - self._ended, key=str)
+        if missing:
+            names = ", ".join(f"{o} {p}@{r or 'main'}" for o, p, r in missing)
+            self._failures.append(EngineFailed(
+                line_no=0, rank=None, failure=FailureClass.CAPTURE_FAILED,
+                message=f"ready line without these CUDA graph captures: {names}"))
+            return [Log("engine.capture_missing", "error", {"profile": self.profile,
+                                                            "missing": names}),
+                    *self._stop("capture_missing")]
+        self._probing = True
+        return [*self._set_phase(Phase.WARMING_UP, now), RunReadyProbe(self.attempt)]
+
+    # -- engine events --------------------------------------------------------------------
+
+    def _on_engine_event(self, ev: EngineEvent, now: float) -> list[Action]:
+        acts: list[Action] = []
+        starting = self.phase in STARTING_PHASES
+        if isinstance(ev, EngineFailed | EngineCrashed):
+            failed = ev if isinstance(ev, EngineFailed) else EngineFailed(
+                ev.line_no, ev.rank, FailureClass.CHILD_CRASHED, ev.message)
+            first = not self._failures
+            self._failures.append(failed)
+            acts.append(Log("engine.failure_line", "error", {
+                "profile": self.profile, "failure_class": failed.failure.value,
+                "rank": ev.rank, "line": ev.line_no, "message": failed.message}))
+            if first and self._engine_alive and self._stop_reason is None:
+                acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
+            return acts
+        if isinstance(ev, DecodeStats) and ev.gen_throughput is not None and ev.running_req:
+            self.tok_s = ev.gen_throughput
+            return acts
+        if not starting:
+            return acts
+        if isinstance(ev, WeightsLoadBegan):
+            acts += self._set_phase(Phase.LOADING_WEIGHTS, now)
+            acts.append(Log("engine.weights_begin", "info", {"profile": self.profile,
+                                                              "rank": ev.rank}))
+        elif isinstance(ev, WeightsLoaded):
+            acts.append(Log("engine.weights_loaded", "info", {
+                "profile": self.profile, "rank": ev.rank, "seconds": ev.elapsed_s,
+                "mem_usage_gb": ev.mem_usage_gb}))
+        elif isinstance(ev, KVCacheAllocated):
+            acts.append(Log("engine.kv_cache", "info", {"profile": self.profile, "rank": ev.rank,
+                                                         "tokens": ev.tokens}))
+        elif isinstance(ev, CaptureBegan):
+            acts += self._set_phase(Phase.CAPTURING_GRAPHS, now)
+            acts.append(Log("engine.capture_begin", "info", {
+                "profile": self.profile, "owner": ev.owner, "graph": ev.phase, "rank": ev.rank,
+                "backend": ev.backend}))
+        elif isinstance(ev, CaptureEnded):
+            self._ended.add((ev.owner, ev.phase, ev.rank))
+            acts.append(Log("engine.capture_end", "info", {
+                "profile": self.profile, "owner": ev.owner, "graph": ev.phase, "rank": ev.rank,
+                "seconds": ev.elapsed_s, "mem_usage_gb": ev.mem_usage_gb,
+                "done": len(self._ended & self._expected), "expected": len(self._expected)}))
+            if self.phase == Phase.CAPTURING_GRAPHS:
+                acts.append(NotifyStatus(self.status_text()))
+        elif isinstance(ev, PrefillGraphDisabled):
+            # The engine decided against a prefill graph: do not wait for one.
+            self._expected = {k for k in self._expected
+                              if not (k[0] == "target" and k[1] in ("prefill", "piecewise"))}
+            acts.append(Log("engine.prefill_graph_disabled", "warning",
+                            {"profile": self.profile, "reason": ev.reason}))
+        elif isinstance(ev, HttpUp):
+            acts += self._set_phase(Phase.WARMING_UP, now)
+            acts.append(Log("engine.http_up", "info", {"profile": self.profile, "host": ev.host,
+                                                        "port": ev.port}))
+        elif isinstance(ev, ServerReady):
+            self._ready_line = True
+            acts.append(Log("engine.ready", "info", {
+                "profile": self.profile, "attempt": self.attempt,
+                "seconds": self.attempts[-1].seconds(now) if self.attempts else None}))
+            acts += self._ready_gate(now)
+        return acts
+
+    # -- supervisor inputs ----------------------------------------------------------------
+
+    def _on_Start(self, inp: Start, now: float) -> list[Action]:
+        acts: list[Action] = []
+        for name, cls in self._skipped.items():
+            acts.append(Log("profile.known_bad_skipped", "warning",
+                            {"profile": name, "failure_class": cls}))
+        if self.settings.known_bad and not self._skipped and not self.settings.retry_known_bad:
+            acts.append(Log("profile.known_bad_all", "warning", {
+                "profiles": sorted(self.settings.known_bad),
+                "hint": "every profile is known bad: trying them all again"}))
+        first = next((p for p in self._order if p not in self._skipped), None)
+        if first is None:  # unreachable while skipped_known_bad keeps one, kept for safety
+            return acts + self._exit(ExitCode.ALL_PROFILES_FAILED, "no profile to start", now)
+        reason = "last known good" if first == self.settings.last_good else "first profile"
+        return acts + self._launch(first, reason, now, 0.0)
+
+    def _on_Launched(self, inp: Launched, now: float) -> list[Action]:
+        if inp.attempt != self.attempt:
+            return []
+        self._expected = set(inp.expected)
+        return [Log("engine.spawned", "info", {"profile": self.profile, "attempt": inp.attempt,
+                                                "pid": inp.pid,
+                                                "captures_expected": len(inp.expected)})]
+
+    def _on_LaunchFailed(self, inp: LaunchFailed, now: float) -> list[Action]:
+        if inp.attempt != self.attempt:
+            return []
+        self._engine_alive = False
+        acts: list[Action] = list(self._cancel_timers())
+        if inp.config_error:
+            self._close_attempt(now, "failed", FailureClass.UNKNOWN_FLAG)
+            acts.append(Log("engine.launch_failed", "error", {"profile": self.profile,
+                                                               "message": inp.message}))
+            return acts + self._exit(ExitCode.CONFIG, inp.message, now)
+        if self._stop_reason == "signal":
+            self._close_attempt(now, "stopped", None)
+            return acts + self._exit(ExitCode.OK, "stopped by signal", now)
+        return acts + self._fail_over(FailureClass.OTHER, inp.message, now, after_ready=False)
+
+    def _on_EngineExited(self, inp: EngineExited, now: float) -> list[Action]:
+        if inp.attempt != self.attempt or not self._engine_alive:
+            return []
+        self._engine_alive = False
+        acts: list[Action] = list(self._cancel_timers())
+        acts.append(Log("engine.exited", "info" if inp.we_stopped else "warning", {
+            "profile": self.profile, "attempt": inp.attempt, "returncode": inp.returncode,
+            "we_stopped": inp.we_stopped, "clean": inp.clean}))
+        reason = self._stop_reason
+        if reason == "signal":
+            self._close_attempt(now, "stopped", None)
+            return acts + self._exit(ExitCode.OK, "stopped by signal", now)
+        if reason == "gpu_busy":
+            self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
+            return acts + self._exit(ExitCode.TEMPORARY, "GPU held by a foreign process", now)
+        if reason in ("reload", "regression"):
+            self._close_attempt(now, "stopped", None)
+            target = self._next_profile or self.profile or self._order[0]
+            acts += self._set_phase(Phase.RESTARTING, now)
+            return acts + self._launch(target, reason, now, self.settings.backoff_s)
+        verdict = {
+            "hang": FailureClass.HANG,
+            "start_timeout": FailureClass.HANG,
+            "wedged": FailureClass.WEDGED,
+            "probe_hung": FailureClass.WEDGED,
+            "probe_failed": FailureClass.WARMUP_FAILED,
+            "capture_missing": FailureClass.CAPTURE_FAILED,
+        }.get(reason or "")
+        failure = classify_failure(inp.returncode, self._failures, verdict)
+        message = self._failures[0].message if self._failures else (
+            f"engine exited with returncode {inp.returncode}" if reason is None
+            else f"stopped by the supervisor: {reason}")
+        return acts + self._fail_over(failure, message, now, after_ready=self._reached_ready)
+
+    def _on_TimerFired(self, inp: TimerFired, now: float) -> list[Action]:
+        if not self._engine_alive or self._stop_reason is not None:
+            return []
+        if inp.name == STALL_TIMER and self.phase in STARTING_PHASES:
+            return [Log("engine.hang", "error", {"profile": self.profile, "phase": self.phase.value,
+                                                 "stall_s": self.settings.stall_s}),
+                    *self._stop("hang")]
+        if inp.name == START_TIMER and self.phase in STARTING_PHASES:
+            return [Log("engine.start_timeout", "error", {"profile": self.profile,
+                                                          "start_s": self.settings.start_s}),
+                    *self._stop("start_timeout")]
+        if inp.name == FAILURE_GRACE_TIMER:
+            return self._stop("failed")
+        return []
+
+    def _on_ProbeOk(self, inp: ProbeOk, now: float) -> list[Action]:
+        if inp.tok_s is not None:
+            self.tok_s = inp.tok_s
+        acts: list[Action] = []
+        if self._probing and self.phase in STARTING_PHASES:
+            self._probing = False
+            self._reached_ready = True
+            cur = self._current()
+            if cur is not None:
+                cur.outcome = "ready"
+            acts += self._cancel_timers()
+            acts += self._set_phase(Phase.READY, now)
+            acts.append(MarkGood(self.profile or ""))
+            acts.append(Log("supervisor.ready", "info", {
+                "profile": self.profile, "attempt": self.attempt, "tok_s": inp.tok_s,
+                "ttft_s": inp.ttft_s, "seconds": cur.seconds(now) if cur else None}))
+            acts.append(NotifyReady())
+            self.ready_sent = True
+            self._reload_pending = False
+            acts += self._set_phase(Phase.SERVING, now)
+            return acts
+        if self.phase in UP_PHASES:
+            acts.append(Log("probe.ok", "info", {"profile": self.profile, "tok_s": inp.tok_s,
+                                                 "ttft_s": inp.ttft_s}))
+            acts.append(NotifyStatus(self.status_text()))
+        return acts
+
+    def _on_ProbeFailed(self, inp: ProbeFailed, now: float) -> list[Action]:
+        if self._probing and self.phase in STARTING_PHASES and self._stop_reason is None:
+            self._probing = False
+            return [Log("probe.failed", "error", {"profile": self.profile, "reason": inp.reason,
+                                                  "hung": inp.hung, "gate": "ready"}),
+                    *self._stop("probe_hung" if inp.hung else "probe_failed")]
+        if self.phase in UP_PHASES:
+            # A probe failing while serving counts like a failed health check.
+            return self._on_HealthFailed(HealthFailed(f"probe: {inp.reason}"), now)
+        return []
+
+    def _on_HealthOk(self, inp: HealthOk, now: float) -> list[Action]:
+        if self.phase == Phase.DEGRADED and self._stop_reason is None:
+            self._health_misses = 0
+            return [Log("health.recovered", "info", {"profile": self.profile}),
+                    *self._set_phase(Phase.SERVING, now)]
+        self._health_misses = 0
+        return []
+
+    def _on_HealthFailed(self, inp: HealthFailed, now: float) -> list[Action]:
+        if self.phase not in UP_PHASES or self._stop_reason is not None:
+            return []
+        self._health_misses += 1
+        acts: list[Action] = [Log("health.failed", "warning", {
+            "profile": self.profile, "reason": inp.reason, "misses": self._health_misses,
+            "limit": self.settings.health_failures})]
+        if self._health_misses >= self.settings.health_failures:
+            acts.append(Log("engine.wedged", "error", {"profile": self.profile,
+                                                       "misses": self._health_misses}))
+            return acts + self._stop("wedged")
+        return acts + self._set_phase(Phase.DEGRADED, now)
+
+    def _on_StopRequested(self, inp: StopRequested, now: float) -> list[Action]:
+        acts: list[Action] = [NotifyStopping(),
+                              Log("supervisor.stopping", "info", {"signal": inp.signal,
+                                                                  "phase": self.phase.value})]
+        acts += self._set_phase(Phase.STOPPING, now)
+        if not self._engine_alive:
+            return acts + self._exit(ExitCode.OK, f"stopped by {inp.signal}", now)
+        # A stop overrides whatever stop was already under way (reload, fallback...).
+        self._stop_reason = None
+        return acts + self._stop("signal")
+
+    def _on_ReloadRequested(self, inp: ReloadRequested, now: float) -> list[Action]:
+        if self.phase == Phase.STOPPING:
+            return []
+        acts: list[Action] = []
+        if self.ready_sent:
+            acts.append(NotifyReloading())
+        acts.append(Log("supervisor.reload", "info", {"changed": inp.changed,
+                                                      "profile": self.profile}))
+        if inp.settings is not None:
+            self.settings = inp.settings
+            self._order = ladder_order(inp.settings)
+            self._skipped = skipped_known_bad(inp.settings)
+        if not inp.changed:
+            if self.ready_sent and self.phase in UP_PHASES:
+                acts.append(NotifyReady())
+            return acts
+        # The command changed: give every profile a fresh chance under the new configuration.
+        self._failed.clear()
+        self._crashes.clear()
+        target = self.profile if self.profile in self._order else self._order[0]
+        if not self._engine_alive:
+            return acts + self._launch(target, "reload", now, 0.0)
+        self._next_profile = target
+        acts += self._stop("reload")
+        if self._stop_reason == "reload":
+            acts += self._set_phase(Phase.RESTARTING, now)
+        return acts
+
+    def _on_RegressionDecision(self, inp: RegressionDecision, now: float) -> list[Action]:
+        fields = {"profile": self.profile, "decision": inp.kind, "reason": inp.reason,
+                  "target": inp.profile}
+        if inp.kind == "keep" or self.phase not in UP_PHASES or self._stop_reason is not None:
+            return [Log("regression.decision", "info", fields)]
+        acts: list[Action] = [Log("regression.decision", "warning", fields)]
+        if inp.kind == "restart_same":
+            target: str | None = self.profile
+        elif inp.kind == "switch":
+            target = inp.profile if inp.profile in self._order else None
+        else:
+            target, _ = choose_next(FailureClass.OTHER, self.profile, self._order,
+                                    {"default": "next"}, self._excluded())
+        if target is None:
+            return [*acts, Log("regression.no_target", "warning", fields)]
+        self._next_profile = target
+        acts += self._stop("regression")
+        acts += self._set_phase(Phase.RESTARTING, now)
+        return acts
+
+    def _on_GpuBusy(self, inp: GpuBusy, now: float) -> list[Action]:
+        acts: list[Action] = [Log("gpu.busy", "error", {"detail": inp.detail})]
+        if self._engine_alive:
+            self._stop_reason = None
+            return acts + self._stop("gpu_busy")
+        self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
+        return acts + self._exit(ExitCode.TEMPORARY, f"GPU held by a foreign process: {inp.detail}",
+                                 now)

@@ -1,0 +1,446 @@
+"""The lifecycle state machine, driven by hand-written input sequences. Time is an input."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_supervisor.events import (
+    CaptureBegan,
+    CaptureEnded,
+    EngineCrashed,
+    EngineFailed,
+    FailureClass,
+    HttpUp,
+    PrefillGraphDisabled,
+    ServerReady,
+    WeightsLoadBegan,
+)
+from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.policy import (
+    FAILURE_GRACE_TIMER,
+    STALL_TIMER,
+    Action,
+    EngineExited,
+    Exit,
+    GpuBusy,
+    HealthFailed,
+    HealthOk,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Lifecycle,
+    Log,
+    MarkBad,
+    MarkGood,
+    NotifyReady,
+    NotifyReloading,
+    NotifyStopping,
+    Phase,
+    ProbeFailed,
+    ProbeOk,
+    RegressionDecision,
+    ReloadRequested,
+    RunReadyProbe,
+    SetTimer,
+    Settings,
+    Start,
+    StopEngine,
+    StopRequested,
+    TimerFired,
+    choose_next,
+    classify_failure,
+    ladder_order,
+    skipped_known_bad,
+)
+
+LADDER = ("primary", "no-prefill-graph", "low-mem", "eager")
+TP2 = frozenset({("target", "prefill", "TP0"), ("target", "prefill", "TP1"),
+                 ("target", "decode", "TP0"), ("target", "decode", "TP1")})
+
+
+def fail(cls: FailureClass, msg: str = "boom") -> EngineFailed:
+    return EngineFailed(line_no=10, rank="TP0", failure=cls, message=msg)
+
+
+def of(actions: list[Action], kind: type) -> list:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+def events(actions: list[Action]) -> list[str]:
+    return [a.event for a in actions if isinstance(a, Log)]
+
+
+class Driver:
+    """Feeds inputs with a fake clock and remembers every action."""
+
+    def __init__(self, **kw: object) -> None:
+        kw.setdefault("profiles", LADDER)
+        kw.setdefault("remediation", {"prefill_graph_failed": "no-prefill-graph",
+                                      "capture_oom": "low-mem", "default": "next"})
+        self.lc = Lifecycle(Settings(**kw))  # type: ignore[arg-type]
+        self.now = 0.0
+        self.log: list[Action] = []
+
+    def feed(self, *inputs: object, dt: float = 1.0) -> list[Action]:
+        out: list[Action] = []
+        for inp in inputs:
+            self.now += dt
+            out += self.lc.handle(inp, self.now)  # type: ignore[arg-type]
+        self.log += out
+        return out
+
+    def start(self, expected: frozenset = TP2) -> Launch:
+        acts = self.feed(Start())
+        launch = of(acts, Launch)[-1]
+        self.feed(Launched(launch.attempt, 100 + launch.attempt, expected))
+        return launch
+
+    def relaunched(self, acts: list[Action], expected: frozenset = TP2) -> Launch:
+        launch = of(acts, Launch)[-1]
+        self.feed(Launched(launch.attempt, 100 + launch.attempt, expected))
+        return launch
+
+    def capture_all(self, ranks: tuple[str, ...] = ("TP0", "TP1")) -> list[Action]:
+        out = self.feed(WeightsLoadBegan(1, "TP0", 10.0))
+        for phase in ("prefill", "decode"):
+            for r in ranks:
+                out += self.feed(CaptureBegan(2, r, "target", phase, "full"),
+                                 CaptureEnded(3, r, "target", phase, 1.0, 0.5))
+        return out
+
+    def to_ready(self, tok_s: float = 50.0) -> list[Action]:
+        out = self.capture_all()
+        out += self.feed(HttpUp(4, None, "127.0.0.1", 30000), ServerReady(5, None))
+        out += self.feed(ProbeOk(tok_s))
+        return out
+
+    def exit_engine(self, rc: int | None, we_stopped: bool = False) -> list[Action]:
+        return self.feed(EngineExited(self.lc.attempt, rc, we_stopped))
+
+
+# ------------------------------------------------------------------ pure helpers
+
+@pytest.mark.parametrize(
+    ("rc", "failures", "verdict", "expected"),
+    [
+        (2, [], None, FailureClass.UNKNOWN_FLAG),
+        (-9, [], None, FailureClass.OTHER),
+        (-9, [fail(FailureClass.SCHEDULER_EXCEPTION), fail(FailureClass.CAPTURE_OOM)], None,
+         FailureClass.CAPTURE_OOM),
+        (-9, [fail(FailureClass.PREFILL_GRAPH_FAILED), fail(FailureClass.CAPTURE_OOM)], None,
+         FailureClass.PREFILL_GRAPH_FAILED),
+        (-9, [fail(FailureClass.CHILD_CRASHED)], None, FailureClass.CHILD_CRASHED),
+        (-9, [fail(FailureClass.CHILD_CRASHED)], FailureClass.HANG, FailureClass.HANG),
+        (-9, [fail(FailureClass.NCCL_TIMEOUT)], FailureClass.HANG, FailureClass.NCCL_TIMEOUT),
+        (-9, [], FailureClass.WEDGED, FailureClass.WEDGED),
+        (1, [fail(FailureClass.KV_CACHE_OOM)], None, FailureClass.KV_CACHE_OOM),
+    ],
+)
+def test_classify_failure(rc, failures, verdict, expected) -> None:
+    assert classify_failure(rc, failures, verdict) == expected
+
+
+@pytest.mark.parametrize(
+    ("failure", "current", "excluded", "rules", "expected"),
+    [
+        (FailureClass.PREFILL_GRAPH_FAILED, "primary", {"primary"},
+         {"prefill_graph_failed": "no-prefill-graph"}, "no-prefill-graph"),
+        (FailureClass.CAPTURE_OOM, "primary", {"primary"}, {"capture_oom": "low-mem"}, "low-mem"),
+        (FailureClass.HANG, "primary", {"primary"}, {"default": "next"}, "no-prefill-graph"),
+        (FailureClass.HANG, "low-mem", {"low-mem"}, {}, "eager"),
+        # a named target already tried falls through to the next untried profile
+        (FailureClass.CAPTURE_OOM, "eager", {"eager", "low-mem"}, {"capture_oom": "low-mem"},
+         "primary"),
+        (FailureClass.OTHER, "primary", set(LADDER), {}, None),
+        (FailureClass.WATCHDOG_TIMEOUT, "primary", {"primary"}, {"watchdog_timeout": "stop"}, None),
+    ],
+)
+def test_choose_next(failure, current, excluded, rules, expected) -> None:
+    target, why = choose_next(failure, current, LADDER, rules, excluded)
+    assert target == expected
+    assert why
+
+
+def test_ladder_starts_with_last_good_and_skips_known_bad() -> None:
+    s = Settings(profiles=LADDER, last_good="low-mem", known_bad={"primary": "capture_oom"})
+    assert ladder_order(s) == ("low-mem", "primary", "no-prefill-graph", "eager")
+    assert skipped_known_bad(s) == {"primary": "capture_oom"}
+    assert skipped_known_bad(Settings(profiles=LADDER, known_bad={"primary": "x"},
+                                      retry_known_bad=True)) == {}
+    every = {p: "hang" for p in LADDER}
+    assert skipped_known_bad(Settings(profiles=LADDER, known_bad=every)) == {}
+
+
+# ------------------------------------------------------------------ start paths
+
+def test_capture_success_reaches_ready_only_after_probe() -> None:
+    d = Driver()
+    launch = d.start()
+    assert (launch.profile, launch.attempt, launch.delay_s) == ("primary", 1, 0.0)
+    assert SetTimer(STALL_TIMER, 600.0, reset_on_output=True) in d.log
+    acts = d.capture_all()
+    assert d.lc.phase == Phase.CAPTURING_GRAPHS
+    assert events(acts).count("engine.capture_end") == 4
+    acts = d.feed(HttpUp(4, None, "127.0.0.1", 30000))
+    assert d.lc.phase == Phase.WARMING_UP and not of(acts, NotifyReady)
+    acts = d.feed(ServerReady(5, None))
+    assert of(acts, RunReadyProbe) == [RunReadyProbe(1)] and not of(acts, NotifyReady)
+    acts = d.feed(ProbeOk(42.5, 0.1))
+    assert of(acts, NotifyReady) and of(acts, MarkGood) == [MarkGood("primary")]
+    assert "supervisor.ready" in events(acts)
+    assert d.lc.phase == Phase.SERVING
+    assert "tok/s=42.5" in d.lc.status_text()
+    assert d.lc.snapshot(d.now)["attempts"][0]["outcome"] == "ready"
+
+
+def test_ready_line_without_every_rank_capture_is_a_capture_failure() -> None:
+    d = Driver()
+    d.start()
+    d.feed(CaptureBegan(2, "TP0", "target", "decode", "full"),
+           CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.5),
+           CaptureEnded(3, "TP0", "target", "prefill", 1.0, 0.5),
+           CaptureEnded(3, "TP1", "target", "prefill", 1.0, 0.5))
+    acts = d.feed(ServerReady(5, None))
+    assert not of(acts, RunReadyProbe)
+    assert of(acts, StopEngine) == [StopEngine("capture_missing")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert MarkBad("primary", FailureClass.CAPTURE_FAILED) in acts
+    assert of(acts, Launch)[0].profile == "no-prefill-graph"
+
+
+def test_prefill_graph_disabled_drops_the_prefill_expectation() -> None:
+    d = Driver()
+    d.start()
+    d.feed(PrefillGraphDisabled(2, "TP0", "model not supported"))
+    d.feed(CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.5),
+           CaptureEnded(3, "TP1", "target", "decode", 1.0, 0.5))
+    acts = d.feed(ServerReady(5, None))
+    assert of(acts, RunReadyProbe)
+
+
+@pytest.mark.parametrize(
+    ("failure", "next_profile"),
+    [
+        (FailureClass.PREFILL_GRAPH_FAILED, "no-prefill-graph"),
+        (FailureClass.CAPTURE_OOM, "low-mem"),
+        (FailureClass.CAPTURE_FAILED, "no-prefill-graph"),
+        (FailureClass.DRAFT_CAPTURE_FAILED, "no-prefill-graph"),
+        (FailureClass.KV_CACHE_OOM, "no-prefill-graph"),
+        (FailureClass.SCHEDULER_DIED, "no-prefill-graph"),
+    ],
+)
+def test_failed_start_follows_remediation(failure, next_profile) -> None:
+    d = Driver()
+    d.start()
+    d.feed(CaptureBegan(2, "TP0", "target", "decode", "full"))
+    acts = d.feed(fail(failure))
+    assert SetTimer(FAILURE_GRACE_TIMER, 15.0) in acts
+    acts = d.exit_engine(-9)
+    assert MarkBad("primary", failure) in acts
+    launch = of(acts, Launch)[0]
+    assert (launch.profile, launch.attempt, launch.delay_s) == (next_profile, 2, 2.0)
+    assert "profile.fallback" in events(acts)
+    snap = d.lc.snapshot(d.now)["attempts"]
+    assert snap[0]["outcome"] == "failed" and snap[0]["failure_class"] == failure.value
+
+
+def test_failure_line_without_exit_is_stopped_after_grace() -> None:
+    d = Driver()
+    d.start()
+    d.feed(fail(FailureClass.NCCL_TIMEOUT))
+    acts = d.feed(TimerFired(FAILURE_GRACE_TIMER))
+    assert of(acts, StopEngine) == [StopEngine("failed")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert MarkBad("primary", FailureClass.NCCL_TIMEOUT) in acts
+
+
+def test_unknown_flag_exits_78_without_retry() -> None:
+    d = Driver()
+    d.start()
+    acts = d.feed(fail(FailureClass.UNKNOWN_FLAG, "unrecognized arguments: --foo"))
+    acts = d.exit_engine(2)
+    assert of(acts, Exit)[0].code == ExitCode.CONFIG
+    assert not of(acts, Launch) and not of(acts, MarkBad)
+    assert d.lc.phase == Phase.FAILED
+    assert d.feed(ProbeOk(1.0)) == []  # a finished machine ignores late inputs
+
+
+def test_rc2_alone_is_unknown_flag() -> None:
+    d = Driver()
+    d.start()
+    assert of(d.exit_engine(2), Exit)[0].code == ExitCode.CONFIG
+
+
+def test_launch_failure_config_error_exits_78() -> None:
+    d = Driver()
+    d.start()
+    acts = d.feed(LaunchFailed(1, "profile 'primary': flag --x has no equivalent", True))
+    assert of(acts, Exit)[0].code == ExitCode.CONFIG
+
+
+def test_stall_during_capture_is_a_hang_and_falls_back() -> None:
+    d = Driver()
+    d.start()
+    d.feed(CaptureBegan(2, "TP0", "target", "decode", "full"))
+    acts = d.feed(TimerFired(STALL_TIMER))
+    assert "engine.hang" in events(acts) and of(acts, StopEngine) == [StopEngine("hang")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert MarkBad("primary", FailureClass.HANG) in acts
+    assert of(acts, Launch)[0].profile == "no-prefill-graph"
+
+
+def test_start_timeout_is_a_hang() -> None:
+    d = Driver()
+    d.start()
+    acts = d.feed(TimerFired("start"))
+    assert of(acts, StopEngine) == [StopEngine("start_timeout")]
+    assert MarkBad("primary", FailureClass.HANG) in d.exit_engine(-9, we_stopped=True)
+
+
+def test_ready_probe_hang_is_wedged() -> None:
+    d = Driver()
+    d.start()
+    d.capture_all()
+    d.feed(ServerReady(5, None))
+    acts = d.feed(ProbeFailed("timeout", hung=True))
+    assert of(acts, StopEngine) == [StopEngine("probe_hung")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert MarkBad("primary", FailureClass.WEDGED) in acts
+    assert not of(d.log, NotifyReady)
+
+
+def test_every_profile_failing_exits_69() -> None:
+    d = Driver()
+    d.start()
+    for _ in LADDER:
+        acts = d.exit_engine(-9)
+        if of(acts, Launch):
+            d.relaunched(acts)
+    exits = of(d.log, Exit)
+    assert exits and exits[0].code == ExitCode.ALL_PROFILES_FAILED
+    assert [a.profile for a in of(d.log, Launch)] == list(LADDER)
+
+
+def test_gpu_busy_exits_75() -> None:
+    d = Driver()
+    d.start()
+    d.exit_engine(-9)  # a failed start -> relaunch pending
+    acts = d.feed(GpuBusy("pid 4242 holds 70 GiB on GPU0"))
+    assert of(acts, StopEngine)
+    acts = d.exit_engine(None, we_stopped=True)
+    assert of(acts, Exit)[0].code == ExitCode.TEMPORARY
+
+
+# ------------------------------------------------------------------ after ready
+
+def test_crash_after_ready_retries_same_profile_once_then_next() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    acts = d.feed(EngineCrashed(50, None, "Subprocess scheduler_0 crashed"))
+    acts = d.exit_engine(-9)
+    launch = of(acts, Launch)[0]
+    assert launch.profile == "primary" and not of(acts, MarkBad)
+    assert "profile.retry_same" in events(acts)
+    d.relaunched(acts)
+    d.to_ready()
+    acts = d.exit_engine(-9)
+    assert MarkBad("primary", FailureClass.OTHER) in acts
+    assert of(acts, Launch)[0].profile == "no-prefill-graph"
+    outcomes = [a["outcome"] for a in d.lc.snapshot(d.now)["attempts"]]
+    assert outcomes == ["crashed", "crashed", "running"]
+
+
+def test_wedged_while_serving_after_health_failures() -> None:
+    d = Driver(health_failures=2)
+    d.start()
+    d.to_ready()
+    acts = d.feed(HealthFailed("timeout after 30s"))
+    assert d.lc.phase == Phase.DEGRADED and not of(acts, StopEngine)
+    d.feed(HealthOk())
+    assert d.lc.phase == Phase.SERVING
+    d.feed(HealthFailed("timeout"))
+    acts = d.feed(HealthFailed("timeout"))
+    assert of(acts, StopEngine) == [StopEngine("wedged")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert of(acts, Launch)[0].profile == "primary"  # same profile once
+
+
+def test_regression_switch_relaunches_named_profile() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    acts = d.feed(RegressionDecision("switch", "faster", profile="low-mem"))
+    assert of(acts, StopEngine) == [StopEngine("regression")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert of(acts, Launch)[0].profile == "low-mem" and not of(acts, MarkBad)
+    assert d.feed(RegressionDecision("keep")) and not of(d.log[-1:], StopEngine)
+
+
+# ------------------------------------------------------------------ stop and reload
+
+@pytest.mark.parametrize("phase_inputs", [
+    [],
+    [WeightsLoadBegan(1, None, 1.0)],
+    [CaptureBegan(2, None, "target", "decode", "full")],
+    [HttpUp(4, None, "127.0.0.1", 1)],
+])
+def test_stop_during_start_exits_zero(phase_inputs) -> None:
+    d = Driver()
+    d.start(expected=frozenset({("target", "decode", None)}))
+    d.feed(*phase_inputs)
+    acts = d.feed(StopRequested("SIGTERM"))
+    assert of(acts, NotifyStopping) and of(acts, StopEngine) == [StopEngine("signal")]
+    assert d.lc.phase == Phase.STOPPING
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert of(acts, Exit) == [Exit(ExitCode.OK, "stopped by signal")]
+    assert not of(acts, MarkBad) and not of(acts, Launch)
+
+
+def test_stop_while_serving_and_during_fallback() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    d.feed(StopRequested("SIGINT"))
+    assert of(d.exit_engine(-9, we_stopped=True), Exit)[0].code == ExitCode.OK
+    assert d.lc.snapshot(d.now)["attempts"][0]["outcome"] == "ready"
+
+    d = Driver()
+    d.start()
+    d.feed(TimerFired(STALL_TIMER))  # stopping for a hang...
+    acts = d.feed(StopRequested("SIGTERM"))  # ...when the operator stops us
+    assert of(d.exit_engine(-9, we_stopped=True), Exit)[0].code == ExitCode.OK
+    assert of(acts, NotifyStopping)
+
+
+def test_reload_unchanged_keeps_engine_and_reconfirms_ready() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    acts = d.feed(ReloadRequested(changed=False))
+    assert of(acts, NotifyReloading) and of(acts, NotifyReady) and not of(acts, StopEngine)
+
+
+def test_reload_changed_restarts_same_profile_and_regates_ready() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    new = Settings(profiles=LADDER, same_profile_retries=0)
+    acts = d.feed(ReloadRequested(changed=True, settings=new))
+    assert of(acts, NotifyReloading) and of(acts, StopEngine) == [StopEngine("reload")]
+    assert not of(acts, NotifyReady)
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert of(acts, Launch)[0].profile == "primary"
+    d.relaunched(acts)
+    assert of(d.to_ready(), NotifyReady)
+    assert d.lc.settings.same_profile_retries == 0
+
+
+def test_known_bad_skipped_and_last_good_first() -> None:
+    d = Driver(last_good="low-mem", known_bad={"primary": "capture_oom"})
+    acts = d.feed(Start())
+    assert of(acts, Launch)[0].profile == "low-mem"
+    assert "profile.known_bad_skipped" in events(acts)
+    d.feed(Launched(1, 1, TP2))
+    acts = d.exit_engine(-9)
+    assert of(acts, Launch)[0].profile == "no-prefill-graph"  # primary stays skipped

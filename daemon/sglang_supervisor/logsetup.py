@@ -1,0 +1,471 @@
+"""Logging setup: structlog events to journald-friendly stdout, JSON or a readable console.
+
+Every supervisor event is one line: a stable event name plus key=value fields. Under systemd
+(`journald` format) each line starts with a syslog priority prefix (`<4>`) that SyslogLevelPrefix=
+(on by default) turns into the journal priority, so `journalctl -p warning` works. When the native
+journal socket is there, events go to it as datagrams instead, so their fields (PROFILE=, PHASE=,
+FAILURE_CLASS=...) become journal fields (`journalctl -o json`, `journalctl PHASE=ready`); any
+failed send falls back to the stdout line.
+
+Writing never raises and, in background mode, never blocks the caller: a closed or broken stdout
+(journald gone) or a stuck reader (journald busy) must not stall or kill the supervisor. Lines
+that cannot be written are counted (`dropped_lines()`).
+
+Known secrets registered with `set_redactions` are replaced by `***` in everything written here,
+supervisor events and forwarded engine output alike.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import json
+import logging
+import os
+import queue
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import IO, Any, Literal
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+LogFormat = Literal["auto", "journald", "json", "console"]
+ResolvedFormat = Literal["journald", "json", "console"]
+
+JOURNAL_SOCKET = "/run/systemd/journal/socket"
+# journald cuts stdout lines at LineMax= (48 KiB); a megabyte engine line is kept whole in the
+# engine log file, the journal gets its head.
+MAX_ENGINE_LINE_CHARS = 16 * 1024
+_QUEUE_LINES = 10_000
+_REDACTED = "***"
+_MIN_SECRET_LEN = 4  # shorter "secrets" would shred ordinary text
+
+# syslog priorities (sd-daemon.h): what SyslogLevelPrefix= and the journal's PRIORITY= mean.
+PRIORITY = {
+    "critical": 2,
+    "exception": 3,
+    "error": 3,
+    "warning": 4,
+    "warn": 4,
+    "notice": 5,
+    "info": 6,
+    "debug": 7,
+}
+_LEVEL_NUM = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+              "error": logging.ERROR, "critical": logging.CRITICAL}
+_PRIORITY_TO_LEVEL = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR,
+                      4: logging.WARNING, 5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
+
+
+# -- pure rendering ---------------------------------------------------------------------------
+
+def _escape_controls(text: str) -> str:
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif not ch.isprintable() and ch != " ":
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def logfmt_value(value: object) -> str:
+    """One logfmt value: bare when safe, else double-quoted; never contains a line break."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    quote = text == "" or any(c in text for c in ' ="\\') or not text.isprintable()
+    if not quote:
+        return text
+    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + _escape_controls(text) + '"'
+
+
+def _logfmt_key(key: str) -> str:
+    return "".join(c if c.isprintable() and c not in ' ="' else "_" for c in key) or "_"
+
+
+def render_logfmt(event: str, fields: Mapping[str, object]) -> str:
+    """`event key=value ...` on one line; the event name comes first, unquoted when it can be."""
+    head = _escape_controls(event).replace(" ", "_") or "-"
+    parts = [head]
+    parts.extend(f"{_logfmt_key(k)}={logfmt_value(v)}" for k, v in fields.items())
+    return " ".join(parts)
+
+
+def journal_field_name(key: str) -> str | None:
+    """A structlog key as a journal field name (A-Z, 0-9, _; not starting with _ or a digit)."""
+    name = "".join(c if c.isalnum() and c.isascii() else "_" for c in key.upper()).strip("_")
+    if not name or name[0].isdigit() or len(name) > 64:
+        return None
+    return name
+
+
+def encode_journal_fields(fields: Mapping[str, str]) -> bytes:
+    """The native journal protocol: KEY=value lines, or KEY\\n<u64 le length>value for multi-line."""
+    out = bytearray()
+    for key, value in fields.items():
+        data = value.encode("utf-8", "backslashreplace")
+        if b"\n" in data:
+            out += key.encode() + b"\n" + struct.pack("<Q", len(data)) + data + b"\n"
+        else:
+            out += key.encode() + b"=" + data + b"\n"
+    return bytes(out)
+
+
+# -- the sink: where rendered lines go --------------------------------------------------------
+
+class _Sink:
+    """Writes lines to a stream (optionally from a background thread) and, when enabled, journal
+    datagrams. Never raises."""
+
+    def __init__(self, stream: IO[str], background: bool, journal_socket: str | None) -> None:
+        self._stream = stream
+        # Raw descriptor writes leave nothing half-written in Python's buffers after an EPIPE (which
+        # would otherwise resurface as an exception when the stream is flushed at exit).
+        self._fd: int | None
+        try:
+            self._fd = stream.fileno()
+            stream.flush()
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            self._fd = None
+        self._lock = threading.Lock()
+        self._broken = False
+        self.dropped = 0
+        self.redactions: tuple[str, ...] = ()
+        self._journal: socket.socket | None = None
+        self._journal_addr = journal_socket
+        if journal_socket is not None:
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sock.setblocking(False)  # a busy journald means a stdout line, never a wait
+                self._journal = sock
+            except OSError:
+                self._journal = None
+        self._queue: queue.Queue[str | None] | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=_QUEUE_LINES)
+            self._thread = threading.Thread(target=self._drain, name="log-writer", daemon=True)
+            self._thread.start()
+
+    @property
+    def native(self) -> bool:
+        return self._journal is not None
+
+    def redact(self, text: str) -> str:
+        for secret in self.redactions:
+            if secret in text:
+                text = text.replace(secret, _REDACTED)
+        return text
+
+    def send_journal(self, fields: Mapping[str, str]) -> bool:
+        if self._journal is None or self._journal_addr is None:
+            return False
+        if self.redactions:
+            fields = {k: self.redact(v) for k, v in fields.items()}
+        try:
+            self._journal.sendto(encode_journal_fields(fields), self._journal_addr)
+        except OSError:  # EAGAIN (journald busy), EMSGSIZE (huge line), ENOENT (journald gone)
+            return False
+        return True
+
+    def emit(self, line: str) -> None:
+        if self.redactions:
+            line = self.redact(line)
+        if self._queue is None:
+            with self._lock:
+                self._write([line])
+            return
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
+
+    def _write(self, lines: list[str]) -> None:
+        if self._broken:
+            self.dropped += len(lines)
+            return
+        text = "\n".join(lines) + "\n"
+        try:
+            if self._fd is not None:
+                # Whatever print() left in the stream's buffer goes first, to keep the order.
+                with contextlib.suppress(OSError, ValueError):
+                    self._stream.flush()
+                data = memoryview(text.encode("utf-8", "backslashreplace"))
+                while data:
+                    data = data[os.write(self._fd, data):]
+            else:
+                self._stream.write(text)
+                self._stream.flush()
+        except (OSError, ValueError):  # EPIPE, EBADF, "I/O operation on closed file"
+            self._broken = True
+            self.dropped += len(lines)
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        while True:
+            item = self._queue.get()
+            batch: list[str] = []
+            stop = item is None
+            if item is not None:
+                batch.append(item)
+            # Write what piled up in one syscall: a log burst costs one write, not thousands.
+            while not stop and len(batch) < 1000:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                else:
+                    batch.append(more)
+            if batch:
+                self._write(batch)
+            if stop:
+                return
+
+    def close(self, timeout: float = 2.0) -> None:
+        if self._queue is not None and self._thread is not None and self._thread.is_alive():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=timeout)
+            self._thread.join(timeout)
+        self._queue = None  # anything logged after shutdown is written directly
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+
+
+class _SinkLogger:
+    """The structlog "wrapped logger": receives the final renderer's output."""
+
+    def __init__(self, sink: _Sink) -> None:
+        self._sink = sink
+
+    def msg(self, line: str, journal: Mapping[str, str] | None = None) -> None:
+        if journal is not None and self._sink.send_journal(journal):
+            return
+        self._sink.emit(line)
+
+    log = debug = info = warn = warning = notice = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+# -- structlog processors ---------------------------------------------------------------------
+
+def _priority(event_dict: EventDict) -> int:
+    return PRIORITY.get(str(event_dict.get("level", "info")), 6)
+
+
+class _JournaldRenderer:
+    def __init__(self, native: bool, identifier: str) -> None:
+        self._native = native
+        self._identifier = identifier
+
+    def __call__(self, _: WrappedLogger, __: str, event_dict: EventDict) -> tuple[tuple[str], dict[str, Any]]:
+        prio = _priority(event_dict)
+        event = str(event_dict.pop("event", ""))
+        event_dict.pop("level", None)
+        message = render_logfmt(event, event_dict)
+        kwargs: dict[str, Any] = {}
+        if self._native:
+            fields = {"MESSAGE": message, "PRIORITY": str(prio), "SYSLOG_IDENTIFIER": self._identifier,
+                      "EVENT": event}
+            for key, value in event_dict.items():
+                name = journal_field_name(key)
+                if name is not None and name not in fields:
+                    fields[name] = "" if value is None else str(value)
+            kwargs["journal"] = fields
+        return (f"<{prio}>{message}",), kwargs
+
+
+def _resolve(fmt: LogFormat, stream: IO[str], environ: Mapping[str, str]) -> ResolvedFormat:
+    if fmt != "auto":
+        return fmt
+    if _is_journal_stream(stream, environ):
+        return "journald"
+    if _isatty(stream):
+        return "console"
+    return "json"
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (ValueError, OSError):
+        return False
+
+
+def _is_journal_stream(stream: IO[str], environ: Mapping[str, str]) -> bool:
+    # systemd sets JOURNAL_STREAM=<dev>:<ino> of the stream it connected; a match means our stdout
+    # really is that stream (not redirected by hand in a unit's shell wrapper).
+    value = environ.get("JOURNAL_STREAM")
+    if not value:
+        return False
+    try:
+        dev_s, ino_s = value.split(":", 1)
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError):
+        return True  # no descriptor to compare (e.g. wrapped in tests): trust the variable
+    return stat.S_ISSOCK(st.st_mode) and str(st.st_dev) == dev_s and str(st.st_ino) == ino_s
+
+
+# -- public API -------------------------------------------------------------------------------
+
+class _State:
+    fmt: ResolvedFormat = "console"
+    sink: _Sink | None = None
+    min_level: int = logging.INFO
+    colors: bool = False
+    identifier: str = "sglang-supervisor"
+
+
+_state = _State()
+
+
+def configure_logging(
+    fmt: LogFormat = "auto",
+    stream: IO[str] | None = None,
+    *,
+    level: str = "info",
+    background: bool = False,
+    native_journal: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+    identifier: str | None = None,
+    journal_socket: str = JOURNAL_SOCKET,
+) -> ResolvedFormat:
+    """Configure structlog for the whole process; returns the format actually chosen.
+
+    `background=True` (the daemon) writes from a thread through a bounded queue, so a stuck
+    journald can never block the main loop (excess lines are dropped and counted).
+    `native_journal=None` uses the journal socket when the format is journald and systemd's journal
+    is there; False never does (stdout lines only).
+    """
+    env = os.environ if environ is None else environ
+    out = sys.stdout if stream is None else stream
+    resolved = _resolve(fmt, out, env)
+    if level not in _LEVEL_NUM:
+        raise ValueError(f"log level {level!r} is not one of {', '.join(_LEVEL_NUM)}")
+    use_native = (
+        resolved == "journald"
+        and native_journal is not False
+        and (native_journal is True or (bool(env.get("JOURNAL_STREAM")) and os.path.exists(journal_socket)))
+    )
+    old = _state.sink
+    sink = _Sink(out, background, journal_socket if use_native else None)
+    if old is not None:
+        sink.redactions = old.redactions
+        old.close()
+    _state.fmt = resolved
+    _state.sink = sink
+    _state.min_level = _LEVEL_NUM[level]
+    _state.colors = resolved == "console" and _isatty(out)
+    _state.identifier = identifier or os.path.basename(sys.argv[0] or "") or "sglang-supervisor"
+
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+    ]
+    processors: list[Processor]
+    if resolved == "journald":
+        processors = [*shared, structlog.processors.format_exc_info,
+                      _JournaldRenderer(sink.native, _state.identifier)]
+    elif resolved == "json":
+        processors = [*shared, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                      # Never show_locals: a frame's locals may hold the API key.
+                      structlog.processors.ExceptionRenderer(
+                          structlog.tracebacks.ExceptionDictTransformer(show_locals=False)),
+                      structlog.processors.JSONRenderer(default=str)]
+    else:
+        processors = [*shared, structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
+                      structlog.dev.ConsoleRenderer(colors=_state.colors)]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(_state.min_level),
+        logger_factory=lambda *_: _SinkLogger(sink),
+        cache_logger_on_first_use=False,
+    )
+    return resolved
+
+
+def set_redactions(secrets: Iterable[str]) -> None:
+    """Replace these strings by *** in everything written from now on (API keys...)."""
+    if _state.sink is None:
+        configure_logging()
+    assert _state.sink is not None
+    _state.sink.redactions = tuple(
+        sorted({s for s in secrets if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
+    )
+
+
+def log_engine_line(text: str, priority: int = 6, rank: str | None = None) -> None:
+    """Forward one line of engine output (marked source=engine), at syslog `priority`.
+
+    The fast path for high-volume output: no structlog processor chain. Never raises.
+    """
+    sink = _state.sink
+    if sink is None:
+        configure_logging()
+        sink = _state.sink
+        assert sink is not None
+    if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < _state.min_level:
+        return
+    if len(text) > MAX_ENGINE_LINE_CHARS:
+        text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
+    fmt = _state.fmt
+    if fmt == "journald":
+        if sink.native:
+            fields = {"MESSAGE": text, "PRIORITY": str(priority), "SYSLOG_IDENTIFIER": _state.identifier,
+                      "SOURCE": "engine", "EVENT": "engine_output"}
+            if rank is not None:
+                fields["ENGINE_RANK"] = rank
+            if sink.send_journal(fields):
+                return
+        rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
+        sink.emit(f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}")
+    elif fmt == "json":
+        record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
+        if rank is not None:
+            record["rank"] = rank
+        level = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
+        record["level"] = level
+        record["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+        sink.emit(json.dumps(record, ensure_ascii=False))
+    else:
+        label = "engine" if rank is None else f"engine {rank}"
+        line = f"[{label}] {_escape_controls(text)}"
+        if _state.colors:
+            color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
+            line = f"{color}{line}\x1b[0m"
+        sink.emit(line)
+
+
+def dropped_lines() -> int:
+    """Lines that could not be written (stdout broken, or the background queue full)."""
+    return 0 if _state.sink is None else _state.sink.dropped
+
+
+def shutdown_logging(timeout: float = 2.0) -> None:
+    """Flush the background writer (bounded wait). Safe to call more than once."""
+    if _state.sink is not None:
+        _state.sink.close(timeout)
+
+
+atexit.register(shutdown_logging)

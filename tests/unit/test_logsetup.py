@@ -1,0 +1,331 @@
+"""Logging formats, engine-line forwarding, redaction and a stdout that breaks."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from sglang_supervisor import logsetup
+from sglang_supervisor.logsetup import (
+    configure_logging,
+    encode_journal_fields,
+    journal_field_name,
+    log_engine_line,
+    logfmt_value,
+    render_logfmt,
+    set_redactions,
+)
+
+LOGFMT_PAIR = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def parse_logfmt(text: str) -> dict[str, str]:
+    out = {}
+    for key, raw in LOGFMT_PAIR.findall(text):
+        quoted = raw.startswith('"')
+        out[key] = bytes(raw[1:-1], "utf-8").decode("unicode_escape") if quoted else raw
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _reset_logging() -> Iterator[None]:
+    yield
+    logsetup.shutdown_logging()
+    set_redactions([])
+    structlog.reset_defaults()
+
+
+def test_journald_lines_carry_priority_event_and_logfmt_fields() -> None:
+    buf = io.StringIO()
+    assert configure_logging("journald", buf, native_journal=False) == "journald"
+    log = structlog.get_logger()
+    log.warning("capture_failed", profile="primary", failure_class="capture_oom", seconds=1.5)
+    log.info("engine_ready", profile="primary", note='said "go"\nnow')
+    log.error("all_profiles_failed", attempts=3)
+    log.debug("not_shown")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0] == "<4>capture_failed profile=primary failure_class=capture_oom seconds=1.5"
+    assert lines[1].startswith("<6>engine_ready ")
+    assert parse_logfmt(lines[1]) == {"profile": "primary", "note": 'said "go"\nnow'}
+    assert lines[2] == "<3>all_profiles_failed attempts=3"
+
+
+def test_journald_exception_stays_on_one_line() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        structlog.get_logger().exception("loop_crashed")
+    [line] = buf.getvalue().splitlines()
+    assert line.startswith("<3>loop_crashed exception=")
+    assert "RuntimeError: boom" in parse_logfmt(line)["exception"]
+
+
+def test_json_format_is_one_object_per_line() -> None:
+    buf = io.StringIO()
+    assert configure_logging("json", buf) == "json"
+    structlog.get_logger().info("probe_done", tok_s=1234.5, profile="primary")
+    structlog.get_logger().warning("regression", delta=0.2)
+    records = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert records[0]["event"] == "probe_done"
+    assert records[0]["tok_s"] == 1234.5
+    assert records[0]["level"] == "info"
+    assert "timestamp" in records[0]
+    assert records[1]["level"] == "warning"
+
+
+def test_json_exceptions_never_include_local_variables() -> None:
+    buf = io.StringIO()
+    configure_logging("json", buf)
+    api_key = "sk-local-secret-value"
+    try:
+        raise ValueError(len(api_key))
+    except ValueError:
+        structlog.get_logger().exception("failed")
+    assert "sk-local-secret-value" not in buf.getvalue()
+    assert json.loads(buf.getvalue())["exception"][0]["exc_type"] == "ValueError"
+
+
+def test_console_format_is_readable_and_uncoloured_off_a_tty() -> None:
+    buf = io.StringIO()
+    assert configure_logging("console", buf) == "console"
+    structlog.get_logger().info("engine_started", pid=42)
+    log_engine_line("Load weight end.", 6, rank="TP1")
+    text = buf.getvalue()
+    assert "engine_started" in text
+    assert "pid=42" in text
+    assert "[engine TP1] Load weight end." in text
+    assert "\x1b[" not in text
+
+
+def test_auto_picks_json_off_a_tty_and_journald_under_systemd() -> None:
+    assert configure_logging("auto", io.StringIO(), environ={}) == "json"
+    # StringIO has no descriptor to compare with JOURNAL_STREAM: the variable is trusted.
+    assert configure_logging("auto", io.StringIO(), environ={"JOURNAL_STREAM": "8:1"},
+                             native_journal=False) == "journald"
+
+
+def test_auto_ignores_a_journal_stream_that_is_not_our_stdout(tmp_path: Path) -> None:
+    with open(tmp_path / "out.log", "w") as f:
+        st = os.fstat(f.fileno())
+        # A regular file redirected by hand, whatever JOURNAL_STREAM says, is not the journal.
+        env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        assert configure_logging("auto", f, environ=env) == "json"
+
+
+def test_auto_recognises_the_journal_stream_socket() -> None:
+    a, b = socket.socketpair()
+    try:
+        st = os.fstat(a.fileno())
+        with os.fdopen(os.dup(a.fileno()), "w") as stream:
+            env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+            assert configure_logging("auto", stream, environ=env, native_journal=False) == "journald"
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize(
+    ("priority", "prefix"), [(3, "<3>"), (4, "<4>"), (6, "<6>")]
+)
+def test_engine_lines_are_marked_and_keep_their_priority(priority: int, prefix: str) -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    log_engine_line("[2026-01-01 TP0] Scheduler hit an exception: x=1", priority, rank="TP0")
+    [line] = buf.getvalue().splitlines()
+    assert line.startswith(prefix + "engine_output ")
+    assert parse_logfmt(line) == {
+        "source": "engine", "rank": "TP0", "text": "[2026-01-01 TP0] Scheduler hit an exception: x=1",
+    }
+
+
+def test_engine_lines_in_json() -> None:
+    buf = io.StringIO()
+    configure_logging("json", buf)
+    log_engine_line("RuntimeError: CUDA error", 3)
+    record = json.loads(buf.getvalue())
+    assert record["source"] == "engine"
+    assert record["level"] == "error"
+    assert record["text"] == "RuntimeError: CUDA error"
+
+
+def test_engine_debug_lines_follow_the_level_filter() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False, level="info")
+    log_engine_line("noise", 7)
+    assert buf.getvalue() == ""
+
+
+def test_megabyte_engine_lines_are_truncated_for_the_journal() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    log_engine_line("x" * 1_000_000, 6)
+    [line] = buf.getvalue().splitlines()
+    assert len(line) < logsetup.MAX_ENGINE_LINE_CHARS + 200
+    assert "truncated, 1000000 chars" in line
+
+
+def test_control_characters_never_split_a_line() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    log_engine_line("Capturing batches (bs=8):  50%|\r\x1b[K  75%|\x00", 6)
+    assert len(buf.getvalue().splitlines()) == 1
+
+
+def test_secrets_are_redacted_everywhere() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    set_redactions(["sk-supersecret-123", ""])
+    structlog.get_logger().info("engine_args", argv="--api-key sk-supersecret-123")
+    log_engine_line("server_args=ServerArgs(api_key='sk-supersecret-123')", 6)
+    text = buf.getvalue()
+    assert "sk-supersecret-123" not in text
+    assert text.count("***") == 2
+
+
+def test_a_closed_stdout_never_raises_and_counts_dropped_lines() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    buf.close()
+    structlog.get_logger().error("still_alive")
+    log_engine_line("engine line", 6)
+    assert logsetup.dropped_lines() == 2
+
+
+def test_a_broken_pipe_never_raises() -> None:
+    r, w = os.pipe()
+    os.close(r)
+    with os.fdopen(w, "w") as stream:
+        configure_logging("journald", stream, native_journal=False)
+        structlog.get_logger().warning("journald_gone")
+        log_engine_line("engine line", 3)
+        assert logsetup.dropped_lines() == 2
+
+
+def test_background_mode_never_blocks_on_a_stuck_reader() -> None:
+    r, w = os.pipe()
+    try:
+        stream = os.fdopen(w, "w")
+        configure_logging("journald", stream, native_journal=False, background=True)
+        # Far more than a pipe buffer holds and nobody reads: the caller must still return.
+        for i in range(30_000):
+            log_engine_line(f"line {i} " + "x" * 100, 6)
+        assert logsetup.dropped_lines() > 0
+        with os.fdopen(r, "rb") as reader:
+            os.set_blocking(reader.fileno(), False)
+            head = reader.read(4096)
+        assert head.startswith(b"<6>engine_output source=engine text=\"line 0 ")
+    finally:
+        logsetup.shutdown_logging(timeout=0.1)
+        stream.close()
+
+
+def test_background_mode_flushes_on_shutdown() -> None:
+    buf = io.StringIO()
+    configure_logging("json", buf, background=True)
+    for i in range(100):
+        structlog.get_logger().info("tick", i=i)
+    logsetup.shutdown_logging()
+    assert [json.loads(line)["i"] for line in buf.getvalue().splitlines()] == list(range(100))
+
+
+def _read_journal_datagram(sock: socket.socket) -> dict[str, str]:
+    data = sock.recv(1 << 20)
+    fields: dict[str, str] = {}
+    while data:
+        nl = data.index(b"\n")
+        head = data[:nl]
+        if b"=" in head:
+            k, v = head.split(b"=", 1)
+            fields[k.decode()] = v.decode()
+            data = data[nl + 1:]
+        else:
+            (size,) = struct.unpack("<Q", data[nl + 1:nl + 9])
+            fields[head.decode()] = data[nl + 9:nl + 9 + size].decode()
+            data = data[nl + 9 + size + 1:]
+    return fields
+
+
+@pytest.fixture
+def journal_socket(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / "journal.sock")
+    sock.bind(path)
+    sock.settimeout(5)
+    yield sock, path
+    sock.close()
+
+
+def test_native_journal_sink_sends_fields(journal_socket: tuple[socket.socket, str]) -> None:
+    sock, path = journal_socket
+    buf = io.StringIO()
+    configure_logging("journald", buf, environ={"JOURNAL_STREAM": "1:1"}, journal_socket=path,
+                      identifier="sglang-supervisor")
+    structlog.get_logger().warning("capture_failed", profile="primary", phase="capturing_graphs",
+                                   failure_class="capture_oom", detail="line1\nline2")
+    fields = _read_journal_datagram(sock)
+    assert fields["PRIORITY"] == "4"
+    assert fields["SYSLOG_IDENTIFIER"] == "sglang-supervisor"
+    assert fields["PROFILE"] == "primary"
+    assert fields["PHASE"] == "capturing_graphs"
+    assert fields["FAILURE_CLASS"] == "capture_oom"
+    assert fields["DETAIL"] == "line1\nline2"
+    assert fields["MESSAGE"].startswith("capture_failed profile=primary")
+    log_engine_line("Load weight end.", 6, rank="TP0")
+    fields = _read_journal_datagram(sock)
+    assert fields == {"MESSAGE": "Load weight end.", "PRIORITY": "6",
+                      "SYSLOG_IDENTIFIER": "sglang-supervisor", "SOURCE": "engine",
+                      "EVENT": "engine_output", "ENGINE_RANK": "TP0"}
+    assert buf.getvalue() == ""  # nothing doubled on stdout
+
+
+def test_native_journal_falls_back_to_stdout_when_journald_is_gone(
+    journal_socket: tuple[socket.socket, str],
+) -> None:
+    sock, path = journal_socket
+    buf = io.StringIO()
+    configure_logging("journald", buf, environ={"JOURNAL_STREAM": "1:1"}, journal_socket=path)
+    sock.close()
+    os.unlink(path)
+    structlog.get_logger().error("engine_crashed", profile="primary")
+    assert buf.getvalue() == "<3>engine_crashed profile=primary\n"
+
+
+def test_native_journal_not_used_without_journal_stream(journal_socket: tuple[socket.socket, str]) -> None:
+    _, path = journal_socket
+    buf = io.StringIO()
+    configure_logging("journald", buf, environ={}, journal_socket=path)
+    structlog.get_logger().info("hello")
+    assert buf.getvalue() == "<6>hello\n"
+
+
+def test_pure_helpers() -> None:
+    assert logfmt_value("plain") == "plain"
+    assert logfmt_value("") == '""'
+    assert logfmt_value(None) == ""
+    assert logfmt_value(True) == "true"
+    assert logfmt_value('a b"c\\') == '"a b\\"c\\\\"'
+    assert logfmt_value("tab\there") == '"tab\\there"'
+    assert render_logfmt("an event", {"bad key": 1}) == "an_event bad_key=1"
+    assert journal_field_name("failure_class") == "FAILURE_CLASS"
+    assert journal_field_name("_private") == "PRIVATE"
+    assert journal_field_name("1st") is None
+    assert encode_journal_fields({"A": "x", "B": "y\nz"}) == (
+        b"A=x\nB\n" + struct.pack("<Q", 3) + b"y\nz\n"
+    )
+
+
+def test_unknown_level_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="log level 'loud'"):
+        configure_logging("json", io.StringIO(), level="loud")

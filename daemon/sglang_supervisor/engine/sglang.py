@@ -18,6 +18,14 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
+from sglang_supervisor.events import (
+    CaptureEnded,
+    EngineEvent,
+    GraphOwner,
+    GraphPhase,
+    PrefillGraphDisabled,
+)
+
 Severity = Literal["error", "warning"]
 
 _CATALOG_PACKAGE = "sglang_supervisor.engine.catalog"
@@ -286,3 +294,510 @@ def flag_catalog(version: str) -> FlagCatalog:
         for name, spec in raw["options"].items()
     }
     return FlagCatalog(version=use, options=options, allow_abbrev=bool(raw["allow_abbrev"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Renames and removals (SGLANG.md), both directions
+# --------------------------------------------------------------------------------------------
+
+PER_PHASE_GRAPHS = "0.5.14"  # per-phase cuda_graph_config; old flags become deprecated aliases
+ALIASES_REMOVED = "0.5.20"  # the deprecated aliases give argparse rc 2
+SPEC_V2_IGNORED = "0.5.21"  # SGLANG_ENABLE_SPEC_V2 silently ignored
+TC_PIECEWISE_REMOVED = "0.5.22"  # prefill backend tc_piecewise rejected
+READY_ROUTE = "0.5.20"  # GET /ready exists
+CLEAN_DRAIN_EXIT_0 = "0.5.19"  # the drain ends in sys.exit(0), no longer a self-SIGKILL
+
+
+@dataclass(frozen=True)
+class Migration:
+    old: str  # what the profile said ("--cuda-graph-max-bs 16")
+    new: str  # what the target version gets ("" when dropped)
+    since: str  # the SGLang version the change happened in
+    note: str
+
+
+@dataclass(frozen=True)
+class ArgMigration:
+    args: list[str]
+    migrations: list[Migration]
+    problems: list[FlagProblem]
+
+
+@dataclass(frozen=True)
+class EnvMigration:
+    env: dict[str, str]
+    warnings: list[FlagProblem]
+
+
+@dataclass(frozen=True)
+class _Rename:
+    """`old [old_value]` → `new [new_value]`; a None value slot means "carry the values over"."""
+
+    old: str
+    new: str
+    since: str
+    note: str
+    old_value: str | None = None  # match only this value (for value → switch mappings)
+    new_value: str | None = None  # emit this value (for switch → value mappings)
+    new_is_switch: bool = False
+
+
+# Applied when the target is >= 0.5.14 (aliases there, gone from 0.5.20).
+_FORWARD: tuple[_Rename, ...] = (
+    _Rename("--enforce-piecewise-cuda-graph", "--cuda-graph-backend-prefill", PER_PHASE_GRAPHS,
+            "the piecewise prefill graph became the per-phase prefill graph; breakable is its "
+            "successor (the alias meant tc_piecewise, removed in 0.5.22)", new_value="breakable"),
+    _Rename("--disable-piecewise-cuda-graph", "--cuda-graph-backend-prefill", PER_PHASE_GRAPHS,
+            "prefill graphs are configured per phase", new_value="disabled"),
+    _Rename("--enable-breakable-cuda-graph", "--cuda-graph-backend-prefill", PER_PHASE_GRAPHS,
+            "prefill graphs are configured per phase", new_value="breakable"),
+    _Rename("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy", PER_PHASE_GRAPHS,
+            "renamed; same choices"),
+    _Rename("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", PER_PHASE_GRAPHS,
+            "graph batch sizes are per phase"),
+    _Rename("--cuda-graph-bs", "--cuda-graph-bs-decode", PER_PHASE_GRAPHS,
+            "graph batch sizes are per phase"),
+    _Rename("--piecewise-cuda-graph-max-tokens", "--cuda-graph-max-bs-prefill", PER_PHASE_GRAPHS,
+            "graph sizes are per phase"),
+    _Rename("--piecewise-cuda-graph-tokens", "--cuda-graph-bs-prefill", PER_PHASE_GRAPHS,
+            "graph sizes are per phase"),
+)
+
+# Applied when the target is <= 0.5.13 (a profile written for a newer release).
+_BACKWARD: tuple[_Rename, ...] = (
+    _Rename("--cuda-graph-backend-prefill", "--disable-piecewise-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 the prefill graph was the piecewise graph", old_value="disabled",
+            new_is_switch=True),
+    _Rename("--cuda-graph-backend-prefill", "--enforce-piecewise-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 the prefill graph was the piecewise graph", old_value="breakable",
+            new_is_switch=True),
+    _Rename("--cuda-graph-backend-prefill", "--enforce-piecewise-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 the prefill graph was the piecewise graph", old_value="full",
+            new_is_switch=True),
+    _Rename("--cuda-graph-backend-prefill", "--enforce-piecewise-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 the prefill graph was the piecewise graph", old_value="tc_piecewise",
+            new_is_switch=True),
+    _Rename("--disable-prefill-cuda-graph", "--disable-piecewise-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 the prefill graph was the piecewise graph", new_is_switch=True),
+    _Rename("--cuda-graph-backend-decode", "--disable-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 --disable-cuda-graph turned the decode graph off", old_value="disabled",
+            new_is_switch=True),
+    _Rename("--disable-decode-cuda-graph", "--disable-cuda-graph", PER_PHASE_GRAPHS,
+            "before 0.5.14 --disable-cuda-graph turned the decode graph off", new_is_switch=True),
+    _Rename("--cuda-graph-backend-decode", "", PER_PHASE_GRAPHS,
+            "the only decode graph before 0.5.14 is the full one (the default)", old_value="full"),
+    _Rename("--mamba-radix-cache-strategy", "--mamba-scheduler-strategy", PER_PHASE_GRAPHS,
+            "the old name; same choices"),
+    _Rename("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", PER_PHASE_GRAPHS,
+            "one graph batch size before 0.5.14"),
+    _Rename("--cuda-graph-bs-decode", "--cuda-graph-bs", PER_PHASE_GRAPHS,
+            "one graph batch size list before 0.5.14"),
+    _Rename("--cuda-graph-max-bs-prefill", "--piecewise-cuda-graph-max-tokens", PER_PHASE_GRAPHS,
+            "the piecewise graph's size before 0.5.14"),
+    _Rename("--cuda-graph-bs-prefill", "--piecewise-cuda-graph-tokens", PER_PHASE_GRAPHS,
+            "the piecewise graph's sizes before 0.5.14"),
+)
+
+# Flags that went away with no equivalent: what to do instead.
+_REMOVED_ADVICE: Mapping[str, str] = {
+    "--collect-tokens-histogram": "remove it: token histograms are collected with --enable-metrics",
+    "--enable-expert-distribution-metrics": "remove it (expert distribution metrics were dropped)",
+    "--prefill-round-robin-balance": "remove it (it had no effect since it was deprecated)",
+    "--piecewise-cuda-graph-compiler": "remove it: the torch.compile prefill backend is gone; "
+    "use --cuda-graph-backend-prefill breakable",
+    "--cuda-graph-tc-compiler": "remove it: the tc_piecewise prefill backend is gone; "
+    "use --cuda-graph-backend-prefill breakable",
+}
+
+_UNKNOWN_SPEC_ALGORITHMS: Mapping[str, str] = {
+    "MTP": "use --speculative-algorithm NEXTN (an alias of EAGLE) for a model's built-in MTP "
+    "head, or EAGLE with a draft model",
+}
+
+
+@dataclass(frozen=True)
+class _Item:
+    flag: str  # "" for a stray positional
+    values: tuple[str, ...]
+    inline: bool  # written as --flag=value
+
+    def render(self) -> list[str]:
+        if not self.flag:
+            return list(self.values)
+        if self.inline and len(self.values) == 1:
+            return [f"{self.flag}={self.values[0]}"]
+        return [self.flag, *self.values]
+
+    def text(self) -> str:
+        return " ".join(self.render())
+
+
+def _spec_anywhere(flag: str, target: FlagCatalog) -> FlagSpec | None:
+    """How `flag` parses: per the target catalogue, else per the newest catalogue that has it."""
+    if flag in target.options:
+        return target.options[flag]
+    for version in reversed(known_versions()):
+        spec = flag_catalog(version).options.get(flag)
+        if spec is not None:
+            return spec
+    return None
+
+
+def _split_items(args: Sequence[str], target: FlagCatalog) -> list[_Item]:
+    items: list[_Item] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not _is_option(arg):
+            items.append(_Item("", (arg,), False))
+            continue
+        name, eq, inline = arg.partition("=")
+        if eq:
+            items.append(_Item(name, (inline,), True))
+            continue
+        spec = _spec_anywhere(target.resolve(name) or name, target)
+        if spec is not None and not spec.takes_value:
+            items.append(_Item(name, (), False))
+            continue
+        limit = _max_values(spec.nargs) if spec is not None else 1 << 30
+        values: list[str] = []
+        while i < len(args) and len(values) < limit and not _is_option(args[i]):
+            values.append(args[i])
+            i += 1
+        items.append(_Item(name, tuple(values), False))
+    return items
+
+
+def _apply(rule: _Rename, item: _Item) -> _Item | None:
+    if not rule.new:
+        return None
+    if rule.new_is_switch:
+        return _Item(rule.new, (), False)
+    if rule.new_value is not None:
+        return _Item(rule.new, (rule.new_value,), False)
+    return _Item(rule.new, item.values, item.inline)
+
+
+def _find_rule(rules: Sequence[_Rename], flag: str, item: _Item) -> _Rename | None:
+    for rule in rules:
+        if rule.old == flag and (rule.old_value is None or item.values == (rule.old_value,)):
+            return rule
+    return None
+
+
+def _last_version_with(flag: str) -> str | None:
+    found = [v for v in known_versions() if flag in flag_catalog(v).options]
+    return found[-1] if found else None
+
+
+def migrate_args(args: Sequence[str], version: str) -> ArgMigration:
+    """Rewrite argv written for any SGLang release so that `version` accepts it.
+
+    Renamed flags are rewritten (each one reported as a Migration); flags with no equivalent,
+    removed choices and names that fail at runtime are error problems with a fix; the result is
+    validated against the target's catalogue (abbreviations and deprecations are warnings).
+    """
+    target = flag_catalog(version)
+    modern = _at_least(version, PER_PHASE_GRAPHS)
+    rules = _FORWARD if modern else _BACKWARD
+    out: list[_Item] = []
+    migrations: list[Migration] = []
+    problems: list[FlagProblem] = []
+    explained: set[str] = set()
+    for item in _split_items(args, target):
+        rule = _find_rule(rules, item.flag, item)
+        flag = (target.resolve(item.flag) or item.flag) if item.flag else ""
+        if rule is None and flag != item.flag:
+            rule = _find_rule(rules, flag, item)
+        if rule is not None:
+            new_item = _apply(rule, item)
+            migrations.append(
+                Migration(item.text(), new_item.text() if new_item else "", rule.since, rule.note)
+            )
+            if new_item is not None:
+                out.append(new_item)
+            continue
+        generic = _generic_rename(flag, item, target)
+        if generic is not None:
+            new_item, migration = generic
+            migrations.append(migration)
+            out.append(new_item)
+            continue
+        problem = _version_problem(flag, item, version, target)
+        if problem is not None:
+            problems.append(problem)
+            explained.add(item.flag)
+        out.append(item)
+    argv = [tok for item in out for tok in item.render()]
+    problems.extend(p for p in target.validate(argv) if p.flag not in explained)
+    problems.extend(_duplicates(out, target))
+    return ArgMigration(argv, migrations, problems)
+
+
+def _generic_rename(flag: str, item: _Item, target: FlagCatalog) -> tuple[_Item, Migration] | None:
+    """A deprecated alias that some catalogue maps to a plain `--new` flag the target accepts."""
+    if not flag or (flag in target.options and not target.options[flag].deprecated):
+        return None
+    for version in known_versions():  # oldest first: "since" is where the alias appeared
+        spec = flag_catalog(version).options.get(flag)
+        new = (spec.deprecated_to if spec is not None else None) or ""
+        plain = new.startswith("--") and not any(c in new for c in "={ ")
+        if plain and new in target.options:
+            moved = _Item(new, item.values, item.inline)
+            note = f"deprecated alias of {new} (sglang {version} says so)"
+            return moved, Migration(item.text(), moved.text(), version, note)
+    return None
+
+
+def _version_problem(flag: str, item: _Item, version: str, target: FlagCatalog) -> FlagProblem | None:
+    if flag == "--speculative-algorithm" and item.values:
+        algo = item.values[0].upper()
+        if algo in _UNKNOWN_SPEC_ALGORITHMS:
+            return FlagProblem(
+                flag,
+                "error",
+                f"--speculative-algorithm {item.values[0]} passes argparse but SGLang fails at "
+                f"startup: 'Unknown speculative algorithm name: {item.values[0]}'",
+                _UNKNOWN_SPEC_ALGORITHMS[algo],
+            )
+    if (
+        flag == "--cuda-graph-backend-prefill"
+        and item.values == ("tc_piecewise",)
+        and _at_least(version, TC_PIECEWISE_REMOVED)
+    ):
+        return FlagProblem(
+                flag,
+                "error",
+                f"sglang {version}: tc_piecewise was removed in {TC_PIECEWISE_REMOVED}",
+                "use --cuda-graph-backend-prefill breakable (or full, or disabled)",
+            )
+    if (
+        flag == "--cuda-graph-backend-decode"
+        and item.values == ("breakable",)
+        and not _at_least(version, PER_PHASE_GRAPHS)
+    ):
+        return FlagProblem(
+                flag,
+                "error",
+                f"sglang {version} has no breakable decode graph (per-phase backends start in "
+                f"{PER_PHASE_GRAPHS})",
+                "remove it (the full decode graph is the default) or run sglang >= 0.5.14",
+            )
+    if flag and flag not in target.options and not target.prefix_matches(flag):
+        last = _last_version_with(flag)
+        if last is None:
+            return None  # never existed: the catalogue check suggests close names
+        spec = _spec_anywhere(flag, target)
+        removed_advice = _REMOVED_ADVICE.get(flag)
+        if removed_advice is None and spec is not None and spec.deprecated_to:
+            removed_advice = f"use {spec.deprecated_to}"
+        if parse_version(last) < parse_version(version):
+            what = f"was removed after sglang {last}"
+        else:
+            what = f"exists only from a later release than {version} (first seen after it)"
+        return FlagProblem(
+            flag,
+            "error",
+            f"sglang {version}: {flag} {what}; this version exits with rc 2 on it",
+            removed_advice or f"remove it, or run an sglang release that has it ({last})",
+        )
+    return None
+
+
+def _duplicates(items: Sequence[_Item], target: FlagCatalog) -> list[FlagProblem]:
+    seen: dict[str, str] = {}
+    problems: list[FlagProblem] = []
+    for item in items:
+        if not item.flag:
+            continue
+        name = target.resolve(item.flag) or item.flag
+        if name in seen and seen[name] != item.text():
+            problems.append(
+                FlagProblem(
+                    name,
+                    "warning",
+                    f"{name} is given twice ({seen[name]!r} and {item.text()!r}); argparse keeps the last",
+                    f"keep one {name} in the profile",
+                )
+            )
+        seen[name] = item.text()
+    return problems
+
+
+def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
+    """Drop environment variables that the target version ignores, with a warning each."""
+    out = dict(env)
+    warnings: list[FlagProblem] = []
+    if "SGLANG_ENABLE_SPEC_V2" in out and _at_least(version, SPEC_V2_IGNORED):
+        del out["SGLANG_ENABLE_SPEC_V2"]
+        warnings.append(
+            FlagProblem(
+                "SGLANG_ENABLE_SPEC_V2",
+                "warning",
+                f"sglang {version} ignores SGLANG_ENABLE_SPEC_V2 (no-op since {SPEC_V2_IGNORED}; "
+                "speculative decoding always runs the V2 worker)",
+                "remove it from the profile; use --disable-overlap-schedule for the synchronous path",
+            )
+        )
+    return EnvMigration(out, warnings)
+
+
+# --------------------------------------------------------------------------------------------
+# Runtime facts
+# --------------------------------------------------------------------------------------------
+
+
+def readiness_path(version: str) -> str | None:
+    """The cheap readiness route, or None where it does not exist (use /health semantics:
+    503 while warming up, then a real 1-token generation)."""
+    return "/ready" if _at_least(version, READY_ROUTE) else None
+
+
+def health_path(version: str) -> str:
+    """`/health` runs a 1-token generation (about 1 s, 20 s timeout) on every known version."""
+    del version  # same route on every known release; kept per-version for the callers' sake
+    return "/health"
+
+
+def server_info_paths(version: str) -> tuple[str, ...]:
+    """Routes returning the resolved server args and internal states, preferred first."""
+    del version
+    return ("/server_info", "/get_server_info")
+
+
+def clean_exit_codes(version: str) -> frozenset[int]:
+    """Return codes of the launch process that mean "stopped cleanly after our SIGTERM".
+
+    Up to 0.5.17 the drain ends in kill_process_tree(include_parent=True): the launcher
+    SIGKILLs itself (-9, seen on the H200 fixtures). From 0.5.19 the source ends the drain
+    with include_parent=False and sys.exit(0). 0.5.18 was not checked: treated as the older.
+    """
+    return frozenset({0}) if _at_least(version, CLEAN_DRAIN_EXIT_0) else frozenset({0, -9})
+
+
+# --------------------------------------------------------------------------------------------
+# Which CUDA graph captures a rendered command line should log
+# --------------------------------------------------------------------------------------------
+
+_SPEC_WITHOUT_DRAFT_MODEL = frozenset({"NGRAM"})
+_PREFILL_GRAPH_DEFAULT_ON = "0.5.15"  # breakable became the CUDA default
+
+
+@dataclass(frozen=True)
+class ExpectedCapture:
+    """One capture (begin + end) that every rank in `ranks` must log before READY.
+
+    A rank is the log prefix (`"TP0"`, `"DP1 TP0"`) or None for tp=1 (no prefix).
+    """
+
+    owner: GraphOwner
+    phase: GraphPhase
+    ranks: tuple[str | None, ...]
+
+
+def _last_value(args: Sequence[str], *names: str) -> str | None:
+    value: str | None = None
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        if name in names:
+            if eq:
+                value = inline
+            elif i + 1 < len(args) and not _is_option(args[i + 1]):
+                value = args[i + 1]
+            else:
+                value = ""
+    return value
+
+
+def _int_value(args: Sequence[str], default: int, *names: str) -> int:
+    raw = _last_value(args, *names)
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        return default
+
+
+def _rank_labels(tp_size: int, dp_size: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+    """(all ranks, stats ranks) for the scheduler log prefixes."""
+    def label(dp: int, tp: int) -> str | None:
+        parts = ([f"DP{dp}"] if dp_size > 1 else []) + ([f"TP{tp}"] if tp_size > 1 else [])
+        return " ".join(parts) or None
+
+    everyone = tuple(label(d, t) for d in range(max(dp_size, 1)) for t in range(max(tp_size, 1)))
+    rank0 = tuple(label(d, 0) for d in range(max(dp_size, 1)))
+    return everyone, rank0
+
+
+def expected_captures(args: Sequence[str], version: str, tp_size: int) -> list[ExpectedCapture]:
+    """The captures a successful start of `args` on `version` logs, per rank.
+
+    Only what the arguments make certain is expected; rules that depend on the model (for
+    example a multimodal model off the breakable allow-list) end in a `Disable prefill CUDA
+    graph because ...` line instead, which `outstanding_captures` accepts in place of the
+    prefill captures.
+    """
+    dp_size = _int_value(args, 1, "--dp-size", "--data-parallel-size")
+    everyone, rank0 = _rank_labels(tp_size, dp_size)
+    algo = (_last_value(args, "--speculative-algorithm") or "").upper()
+    speculative = bool(algo)
+    draft_model = speculative and algo not in _SPEC_WITHOUT_DRAFT_MODEL
+    steps = _int_value(args, 0, "--speculative-num-steps")
+    if "--disable-cuda-graph" in args:
+        return []
+    if not _at_least(version, PER_PHASE_GRAPHS):
+        legacy: list[ExpectedCapture] = [ExpectedCapture("target", "legacy", everyone)]
+        if "--enforce-piecewise-cuda-graph" in args and "--disable-piecewise-cuda-graph" not in args:
+            legacy.insert(0, ExpectedCapture("target", "piecewise", everyone))
+        if draft_model:
+            legacy.append(ExpectedCapture("draft", "legacy", rank0))
+            legacy.append(ExpectedCapture("draft", "extend", rank0))
+        return legacy
+    prefill_backend = _last_value(args, "--cuda-graph-backend-prefill")
+    decode_backend = _last_value(args, "--cuda-graph-backend-decode")
+    if "--disable-prefill-cuda-graph" in args:
+        prefill_backend = "disabled"
+    if "--disable-decode-cuda-graph" in args:
+        decode_backend = "disabled"
+    if _last_value(args, "--deepep-mode") == "normal":
+        prefill_backend = decode_backend = "disabled"
+    if prefill_backend is None:
+        auto_off = (
+            _int_value(args, 1, "--pp-size", "--pipeline-parallel-size") > 1
+            or "--enable-two-batch-overlap" in args
+            or not _at_least(version, _PREFILL_GRAPH_DEFAULT_ON)
+        )
+        prefill_backend = "disabled" if auto_off else "breakable"
+    expected: list[ExpectedCapture] = []
+    prefill_on = prefill_backend != "disabled"
+    decode_on = decode_backend != "disabled"
+    if prefill_on:
+        expected.append(ExpectedCapture("target", "prefill", everyone))
+    if decode_on:
+        expected.append(ExpectedCapture("target", "verify" if speculative else "decode", everyone))
+    if draft_model:
+        if prefill_backend == "breakable":
+            expected.append(ExpectedCapture("draft", "prefill", everyone))
+        if decode_on and steps > 1:
+            expected.append(ExpectedCapture("draft", "decode", rank0))
+        if decode_on:
+            expected.append(ExpectedCapture("draft", "extend", rank0))
+    return expected
+
+
+def outstanding_captures(
+    expected: Sequence[ExpectedCapture], events: Sequence[EngineEvent]
+) -> list[tuple[ExpectedCapture, str | None]]:
+    """(capture, rank) pairs still missing their end line. A `PrefillGraphDisabled` on a rank
+    (or on the unprefixed main process) settles that rank's target and draft prefill graphs."""
+    ended = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
+    prefill_off = {e.rank for e in events if isinstance(e, PrefillGraphDisabled)}
+    missing: list[tuple[ExpectedCapture, str | None]] = []
+    for cap in expected:
+        for rank in cap.ranks:
+            if (cap.owner, cap.phase, rank) in ended:
+                continue
+            if cap.phase in ("prefill", "piecewise") and (rank in prefill_off or None in prefill_off):
+                continue
+            missing.append((cap, rank))
+    return missing

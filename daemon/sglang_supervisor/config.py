@@ -13,6 +13,7 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -893,3 +894,8 @@ def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None]
         else:
             on_warning(warning)
     return parse_config(text, source)
+
+
+def default_demo_config_path() -> Path:
+    """The packaged demo configuration (the simulator engine), also at etc/sglang-supervisor/demo.yaml."""
+    return Path(str(resources.files("sglang_supervisor.defaults").joinpath("demo.yaml")))

@@ -25,7 +25,18 @@ from sglang_supervisor.config import (
     effective_overlay,
 )
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, migrate_args, migrate_env
+from sglang_supervisor.engineinfo import detect_engine_version
 from sglang_supervisor.secrets import read_api_key
+
+__all__ = [
+    "RenderedCommand",
+    "command_hash",
+    "default_secret_config_path",
+    "detect_engine_version",
+    "render",
+    "render_all",
+    "shell_format",
+]
 
 PYTHON_PLACEHOLDER = "{python}"
 REDACTED = "<redacted>"

@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="validate a configuration (exit 0 or 78)")
     _add_config(p)
+    p.add_argument("--sglang-version", metavar="V",
+                   help="check for this SGLang version instead of asking the engine (offline checks)")
     p.add_argument("--json", action="store_true", help="machine-readable result")
 
     p = sub.add_parser("render", help="show the SGLang command(s) a configuration would start")

@@ -1,0 +1,1314 @@
+"""The doctor's rules: pure functions from facts (a profile's argv, the SGLang version, the model's
+config.json, host facts, a parser's verdict, a live /server_info) to `Finding`s.
+
+Nothing here does I/O; `commands/doctor.py` gathers the facts. Each rule names what SGLang does
+in the version at hand and the exact fix (a flag, a config key, a command), because the reason a
+given optimisation is off moves between releases (see docs in the finding texts).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sglang_supervisor.engine.sglang import FlagCatalog, FlagProblem, Migration, parse_version
+from sglang_supervisor.gpu import GpuInfo, P2PLink
+from sglang_supervisor.modelinfo import (
+    SGLANG_MM_PIECEWISE_GRAPH_ARCHS,
+    SGLANG_PREFILL_GRAPH_DISABLED_ARCHS,
+    ModelInfo,
+)
+
+Severity = Literal["error", "warning", "info", "ok"]
+Area = Literal["host", "engine", "audit", "live"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info", "ok")
+AREAS: tuple[Area, ...] = ("host", "engine", "audit", "live")
+
+ENCODER_BOOTSTRAP_PORT_DEFAULT = 8997
+SPEC_ALGORITHMS = frozenset(
+    {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
+)
+_A2A_BREAKABLE_OK = frozenset({"none", "deepep", "megamoe", "flashinfer"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Severity
+    area: Area
+    what: str
+    why: str
+    fix: str = ""
+    code: str = ""  # stable identifier, e.g. "graph.prefill.off" (tests, JSON consumers)
+    profile: str | None = None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "severity": self.severity,
+            "area": self.area,
+            "code": self.code,
+            "profile": self.profile,
+            "what": self.what,
+            "why": self.why,
+            "fix": self.fix,
+        }
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == "error" for f in findings)
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Stable order: area, then severity (worst first), then profile; rule order kept within."""
+    return sorted(
+        findings, key=lambda f: (AREAS.index(f.area), SEVERITIES.index(f.severity), f.profile or "")
+    )
+
+
+def _v(version: str) -> tuple[int, ...]:
+    return parse_version(version)
+
+
+# --------------------------------------------------------------------------------------------
+# argv view
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flags:
+    """A rendered SGLang argv as option → values (None for a bare switch); last occurrence wins."""
+
+    values: Mapping[str, tuple[str | None, ...]]
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    def get(self, name: str) -> str | None:
+        vals = self.values.get(name)
+        return vals[-1] if vals else None
+
+    def on(self, name: str) -> bool:
+        """A switch that is set (`--x`, or `--x true` for bool-typed flags)."""
+        if name not in self.values:
+            return False
+        val = self.get(name)
+        return val is None or val.lower() not in _FALSE
+
+    def int(self, name: str, default: int | None = None) -> int | None:
+        val = self.get(name)
+        try:
+            return int(val) if val is not None else default
+        except ValueError:
+            return default
+
+
+def parse_flags(argv: Sequence[str], catalog: FlagCatalog | None = None) -> Flags:
+    """Group `--opt value...` tokens; with a catalogue, expand abbreviations as argparse would."""
+    out: dict[str, list[str | None]] = {}
+    current: str | None = None
+    for tok in argv:
+        if tok.startswith("--"):
+            name, eq, inline = tok.partition("=")
+            if catalog is not None:
+                name = catalog.resolve(name) or name
+            out.setdefault(name, [])
+            if eq:
+                out[name].append(inline)
+                current = None
+            else:
+                current = name
+                out[name].append(None)
+        elif current is not None:
+            vals = out[current]
+            vals[-1] = tok if vals[-1] is None else f"{vals[-1]} {tok}"
+    return Flags({k: tuple(v) for k, v in out.items()})
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    """One profile as the doctor sees it."""
+
+    name: str
+    args: tuple[str, ...]  # SGLang's own arguments as they will run (after migration)
+    env: Mapping[str, str] = field(default_factory=dict)
+    written_args: tuple[str, ...] | None = None  # as configured, before any version migration
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA graph phases
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseVerdict:
+    phase: Literal["decode", "prefill"]
+    on: bool
+    backend: str | None  # full / breakable / tc_piecewise / piecewise (legacy) / None when off
+    reasons: tuple[str, ...]  # why off (or why forced on)
+    fix: str = ""
+    certain: bool = True  # False: a runtime rule may still turn it off
+
+
+def _graph_config_json(flags: Flags) -> dict[str, Any]:
+    raw = flags.get("--cuda-graph-config")
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _phase_backend_from_json(cfg: Mapping[str, Any], phase: str) -> str | None:
+    entry = cfg.get(phase)
+    if isinstance(entry, Mapping) and isinstance(entry.get("backend"), str):
+        return str(entry["backend"])
+    return None
+
+
+def graph_phases(flags: Flags, version: str, model: ModelInfo | None) -> tuple[PhaseVerdict, PhaseVerdict]:
+    """(decode, prefill) CUDA graph verdicts with the rules SGLang `version` applies."""
+    if _v(version) <= (0, 5, 13):
+        return _legacy_decode(flags), _legacy_prefill(flags, model)
+    return _decode(flags), _prefill(flags, version, model)
+
+
+def _decode(flags: Flags) -> PhaseVerdict:
+    cfg = _graph_config_json(flags)
+    backend = _phase_backend_from_json(cfg, "decode") or flags.get("--cuda-graph-backend-decode")
+    fix = "remove it; decode graphs are SGLang's biggest single-stream speed-up (1.58x measured on an H200)"
+    if backend == "disabled":
+        return PhaseVerdict(
+            "decode",
+            False,
+            None,
+            ("--cuda-graph-backend-decode disabled",),
+            "remove --cuda-graph-backend-decode disabled; if capture ran out of memory, "
+            "lower --cuda-graph-max-bs-decode or --mem-fraction-static instead",
+        )
+    if flags.on("--disable-decode-cuda-graph"):
+        return PhaseVerdict("decode", False, None, ("--disable-decode-cuda-graph",), fix)
+    if flags.on("--disable-cuda-graph"):
+        return PhaseVerdict(
+            "decode", False, None, ("--disable-cuda-graph (deprecated: disables both phases)",), fix
+        )
+    if flags.get("--deepep-mode") == "normal":
+        return PhaseVerdict(
+            "decode",
+            False,
+            None,
+            ("--deepep-mode normal disables both graph phases",),
+            "use --deepep-mode auto or low_latency",
+        )
+    return PhaseVerdict("decode", True, backend or "full", ())
+
+
+def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdict:
+    v = _v(version)
+    cfg = _graph_config_json(flags)
+    explicit = _phase_backend_from_json(cfg, "prefill") or flags.get("--cuda-graph-backend-prefill")
+    if explicit is None and flags.on("--enforce-piecewise-cuda-graph") and v < (0, 5, 20):
+        explicit = "tc_piecewise"  # 0.5.14-0.5.19 alias
+    if explicit is None and flags.on("--disable-piecewise-cuda-graph") and v < (0, 5, 20):
+        explicit = "disabled"
+    if explicit == "tc_piecewise" and v >= (0, 5, 22):
+        return PhaseVerdict(
+            "prefill",
+            False,
+            None,
+            ("tc_piecewise was removed in 0.5.22 (argparse rejects it)",),
+            "--cuda-graph-backend-prefill breakable",
+        )
+    if explicit == "disabled":
+        return PhaseVerdict(
+            "prefill",
+            False,
+            None,
+            ("--cuda-graph-backend-prefill disabled",),
+            "remove it (breakable is the default on CUDA since 0.5.15)",
+        )
+    if explicit is None and flags.on("--disable-prefill-cuda-graph"):
+        return PhaseVerdict("prefill", False, None, ("--disable-prefill-cuda-graph",), "remove it")
+    if explicit is None and flags.on("--disable-cuda-graph"):
+        return PhaseVerdict(
+            "prefill",
+            False,
+            None,
+            ("--disable-cuda-graph (deprecated: disables both phases)",),
+            "remove --disable-cuda-graph",
+        )
+    # Rules that apply whether or not the backend was set explicitly (they ignore the lock).
+    hard: list[str] = []
+    if flags.get("--deepep-mode") == "normal":
+        hard.append("--deepep-mode normal disables both graph phases")
+    if flags.on("--enable-kv-cache-sharding"):
+        hard.append("--enable-kv-cache-sharding")
+    if hard:
+        return PhaseVerdict("prefill", False, None, tuple(hard), "drop " + " and ".join(hard))
+    soft: list[str] = []
+    if flags.on("--enable-lora") or flags.has("--lora-paths"):
+        soft.append("LoRA: the capture step turns the prefill graph off for unsupported LoRA setups")
+    if explicit is not None:
+        return PhaseVerdict(
+            "prefill",
+            True,
+            explicit,
+            (f"--cuda-graph-backend-prefill {explicit} (locked)",),
+            certain=not soft,
+        )
+    default = "breakable" if v >= (0, 5, 15) else "tc_piecewise"
+    off: list[str] = []
+    if (flags.int("--pp-size", 1) or 1) > 1:
+        off.append("pipeline parallelism (--pp-size > 1): the prefill graph is opt-in with PP")
+    if (flags.int("--dcp-size", 1) or 1) > 1:
+        off.append("decode context parallel (--dcp-size > 1)")
+    if flags.on("--enable-two-batch-overlap"):
+        off.append("two-batch overlap (--enable-two-batch-overlap)")
+    a2a = flags.get("--moe-a2a-backend") or "none"
+    if a2a not in _A2A_BREAKABLE_OK:
+        off.append(f"MoE a2a backend {a2a} is not validated with the breakable graph")
+    if model is not None and model.sglang_multimodal and not model.mm_breakable_graph_ok:
+        off.append(
+            f"multimodal architecture {model.architectures[0]} is not on SGLang's "
+            "breakable-prefill-graph allow-list"
+        )
+    if flags.get("--disaggregation-mode") == "decode":
+        off.append("PD disaggregation decode role")
+    if off:
+        return PhaseVerdict(
+            "prefill",
+            False,
+            None,
+            tuple(off),
+            f"--cuda-graph-backend-prefill {default} forces it (locks the choice and skips "
+            "these auto-disable rules; test it: SGLang disabled it for a reason)",
+        )
+    return PhaseVerdict("prefill", True, default, tuple(soft), certain=not soft)
+
+
+def _legacy_decode(flags: Flags) -> PhaseVerdict:
+    if flags.on("--disable-cuda-graph"):
+        return PhaseVerdict("decode", False, None, ("--disable-cuda-graph",), "remove --disable-cuda-graph")
+    return PhaseVerdict("decode", True, "full", ())
+
+
+def _legacy_prefill(flags: Flags, model: ModelInfo | None) -> PhaseVerdict:
+    if flags.on("--disable-piecewise-cuda-graph"):
+        return PhaseVerdict("prefill", False, None, ("--disable-piecewise-cuda-graph",), "remove it")
+    if flags.on("--enforce-piecewise-cuda-graph"):
+        return PhaseVerdict(
+            "prefill", True, "piecewise", ("--enforce-piecewise-cuda-graph (skips the rule list)",)
+        )
+    rules: list[tuple[bool, str]] = [
+        (
+            model is not None and any(a in SGLANG_PREFILL_GRAPH_DISABLED_ARCHS for a in model.architectures),
+            "architecture on SGLang's piecewise-graph block list",
+        ),
+        (flags.on("--enable-dp-attention"), "--enable-dp-attention"),
+        (flags.on("--enable-torch-compile"), "--enable-torch-compile"),
+        ((flags.int("--pp-size", 1) or 1) > 1, "pipeline parallelism (--pp-size > 1)"),
+        ((flags.get("--device") or "cuda") != "cuda", "a non-CUDA --device"),
+        ((flags.get("--moe-a2a-backend") or "none") != "none", "--moe-a2a-backend other than none"),
+        (flags.on("--enable-lora") or flags.has("--lora-paths"), "LoRA"),
+        (
+            model is not None
+            and model.sglang_multimodal
+            and not any(a in SGLANG_MM_PIECEWISE_GRAPH_ARCHS for a in model.architectures),
+            f"multimodal architecture ({model.architectures[0] if model and model.architectures else '?'}): "
+            "SGLang classes it as a VLM by its name, whatever the requests are",
+        ),
+        (flags.get("--load-format") == "gguf", "GGUF weights"),
+        (flags.has("--dllm-algorithm"), "diffusion LM (--dllm-algorithm)"),
+        (
+            (flags.int("--cpu-offload-gb", 0) or 0) > 0 or flags.on("--enable-hierarchical-cache"),
+            "CPU offload or hierarchical cache",
+        ),
+        (flags.on("--enable-deterministic-inference"), "--enable-deterministic-inference"),
+        ((flags.get("--disaggregation-mode") or "null") != "null", "PD disaggregation"),
+        (flags.on("--enable-symm-mem"), "--enable-symm-mem"),
+        (
+            flags.on("--enable-eplb") or flags.has("--expert-distribution-recorder-mode"),
+            "EPLB / expert recorder",
+        ),
+        ((flags.int("--attn-cp-size", 1) or 1) > 1, "attention context parallel"),
+        (flags.on("--debug-cuda-graph"), "--debug-cuda-graph"),
+    ]
+    off = tuple(reason for hit, reason in rules if hit)
+    if off:
+        return PhaseVerdict(
+            "prefill",
+            False,
+            None,
+            off,
+            "--enforce-piecewise-cuda-graph forces it on this version (test it first)",
+        )
+    return PhaseVerdict("prefill", True, "piecewise", ())
+
+
+def _graph_findings(flags: Flags, version: str, model: ModelInfo | None, profile: str) -> list[Finding]:
+    out: list[Finding] = []
+    decode, prefill = graph_phases(flags, version, model)
+    spec = flags.get("--speculative-algorithm") is not None
+    dname = "decode (verify with speculative decoding)" if spec else "decode"
+    if decode.on:
+        out.append(
+            Finding(
+                "ok",
+                "audit",
+                f"{dname} CUDA graph: on (backend {decode.backend})",
+                f"no rule of sglang {version} disables it for this profile",
+                "",
+                "graph.decode.on",
+                profile,
+            )
+        )
+    else:
+        out.append(
+            Finding(
+                "warning",
+                "audit",
+                f"{dname} CUDA graph: OFF",
+                "because " + "; ".join(decode.reasons) + ". Every decode step then launches its "
+                "kernels one by one: single-stream tok/s drops sharply.",
+                decode.fix,
+                "graph.decode.off",
+                profile,
+            )
+        )
+    legacy = _v(version) <= (0, 5, 13)
+    pname = "piecewise prefill CUDA graph" if legacy else "prefill CUDA graph"
+    if prefill.on:
+        why = "; ".join(prefill.reasons) or f"no auto-disable rule of sglang {version} matches this profile"
+        sev: Severity = "ok" if prefill.certain else "info"
+        extra = (
+            ""
+            if prefill.certain
+            else " (a runtime rule may still turn it off; watch for 'Disable prefill "
+            "CUDA graph because' in the log)"
+        )
+        out.append(
+            Finding(
+                sev,
+                "audit",
+                f"{pname}: on (backend {prefill.backend})",
+                why + extra,
+                "",
+                "graph.prefill.on",
+                profile,
+            )
+        )
+    else:
+        out.append(
+            Finding(
+                "warning",
+                "audit",
+                f"{pname}: OFF",
+                "because " + "; ".join(prefill.reasons) + ". Prefill (and time to first token) runs eagerly.",
+                prefill.fix,
+                "graph.prefill.off",
+                profile,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Speculative decoding, overlap, disaggregation, env
+# --------------------------------------------------------------------------------------------
+
+
+def _spec_findings(flags: Flags, model: ModelInfo | None, profile: str) -> list[Finding]:
+    out: list[Finding] = []
+    alg = flags.get("--speculative-algorithm")
+    draft_path = flags.get("--speculative-draft-model-path")
+    mtp = model is not None and model.has_mtp
+    if alg is None:
+        if mtp:
+            out.append(
+                Finding(
+                    "info",
+                    "audit",
+                    "the model has a built-in MTP head that this profile does not use",
+                    f"config.json declares {model.mtp_layers if model else 0} MTP/NEXTN layer(s); "
+                    "speculative decoding with it usually raises single-stream decode tok/s",
+                    "--speculative-algorithm EAGLE --speculative-num-steps 3 "
+                    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+                    "spec.mtp_unused",
+                    profile,
+                )
+            )
+        return out
+    name = alg.upper()
+    if name not in SPEC_ALGORITHMS:
+        fix = (
+            "--speculative-algorithm NEXTN (alias of EAGLE; drafts with the model's own MTP head)"
+            if name == "MTP" or mtp
+            else "one of " + ", ".join(sorted(SPEC_ALGORITHMS))
+        )
+        out.append(
+            Finding(
+                "error",
+                "audit",
+                f"--speculative-algorithm {alg} is not an algorithm SGLang knows",
+                "argparse accepts any name; the engine then fails at startup with "
+                f"'Unknown speculative algorithm name: {alg}'"
+                + (". MTP is the model feature, not the algorithm's name" if name == "MTP" else ""),
+                fix,
+                "spec.unknown_algorithm",
+                profile,
+            )
+        )
+        return out
+    if name == "NEXTN":
+        out.append(
+            Finding(
+                "info",
+                "audit",
+                "--speculative-algorithm NEXTN is an alias of EAGLE",
+                "SGLang resolves NEXTN to EAGLE, drafting with the model's MTP/NEXTN layers",
+                "",
+                "spec.nextn_alias",
+                profile,
+            )
+        )
+    if name in ("EAGLE", "NEXTN") and model is not None and not mtp and draft_path is None:
+        out.append(
+            Finding(
+                "error",
+                "audit",
+                f"{alg} needs a draft: the model has no MTP/NEXTN head",
+                "config.json declares no num_nextn_predict_layers / mtp_num_hidden_layers and no "
+                "--speculative-draft-model-path is given",
+                "--speculative-draft-model-path <EAGLE draft>, or drop speculative decoding",
+                "spec.no_draft",
+                profile,
+            )
+        )
+    if name in ("EAGLE3", "STANDALONE") and draft_path is None:
+        out.append(
+            Finding(
+                "error",
+                "audit",
+                f"{alg} needs --speculative-draft-model-path",
+                f"{alg} drafts with a separate model",
+                "--speculative-draft-model-path <draft model>",
+                "spec.no_draft",
+                profile,
+            )
+        )
+    steps = flags.int("--speculative-num-steps")
+    topk = flags.int("--speculative-eagle-topk")
+    draft = flags.int("--speculative-num-draft-tokens")
+    if name in ("EAGLE", "NEXTN", "EAGLE3", "STANDALONE"):
+        if steps is None or topk is None or draft is None:
+            out.append(
+                Finding(
+                    "info",
+                    "audit",
+                    "speculative steps/topk/draft tokens partly unset",
+                    "SGLang chooses the missing ones from the model; pin them to compare profiles",
+                    "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+                    "spec.defaults",
+                    profile,
+                )
+            )
+        elif topk == 1 and draft != steps + 1:
+            out.append(
+                Finding(
+                    "warning",
+                    "audit",
+                    f"--speculative-num-draft-tokens {draft} is not steps + 1 = {steps + 1}",
+                    "with --speculative-eagle-topk 1 the draft is a chain: SGLang overrides the value "
+                    "to steps + 1 (and logs a warning)",
+                    f"--speculative-num-draft-tokens {steps + 1}",
+                    "spec.draft_tokens",
+                    profile,
+                )
+            )
+        elif topk > 1 and draft > steps * topk + 1:
+            out.append(
+                Finding(
+                    "warning",
+                    "audit",
+                    f"--speculative-num-draft-tokens {draft} exceeds the draft tree "
+                    f"(steps x topk + 1 = {steps * topk + 1})",
+                    "the verify step cannot use more tokens than the tree has nodes",
+                    f"--speculative-num-draft-tokens {steps * topk + 1} or fewer",
+                    "spec.draft_tokens",
+                    profile,
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "ok",
+                    "audit",
+                    f"speculative {name}: steps {steps}, topk {topk}, draft tokens {draft}",
+                    "consistent",
+                    "",
+                    "spec.ok",
+                    profile,
+                )
+            )
+    return out
+
+
+def _language_only_findings(flags: Flags, profile: str) -> list[Finding]:
+    if not flags.on("--language-only"):
+        return []
+    port = flags.int("--encoder-bootstrap-port", ENCODER_BOOTSTRAP_PORT_DEFAULT)
+    urls = flags.get("--encoder-urls")
+    return [
+        Finding(
+            "warning",
+            "audit",
+            f"--language-only makes this the LLM side of encoder/LLM disaggregation (opens port {port})",
+            "It is not a 'text-only' switch: SGLang starts an encoder bootstrap server on "
+            f"--encoder-bootstrap-port ({port}) and expects separate encoder servers "
+            f"({'--encoder-urls ' + urls if urls else 'none given with --encoder-urls'}) for images. "
+            "Two such instances on one host collide on that port, and it does not bring back the prefill "
+            "CUDA graph (that rule looks at the architecture name).",
+            "remove --language-only unless you run encoder servers (the vision tower then loads locally; "
+            "Qwen3.5-family models have no text-only mode); otherwise give every instance its own "
+            "--encoder-bootstrap-port",
+            "language_only",
+            profile,
+        )
+    ]
+
+
+def _overlap_findings(flags: Flags, model: ModelInfo | None, profile: str) -> list[Finding]:
+    if not flags.on("--enable-single-batch-overlap"):
+        return []
+    if model is None:
+        return [
+            Finding(
+                "info",
+                "audit",
+                "--enable-single-batch-overlap only affects MoE models",
+                "only MoE layers read it; the model's config.json was not available to check",
+                "",
+                "single_batch_overlap",
+                profile,
+            )
+        ]
+    if not model.moe:
+        return [
+            Finding(
+                "warning",
+                "audit",
+                "--enable-single-batch-overlap has no effect on this dense model",
+                "SGLang reads it only in MoE layers (compute/communication overlap of expert "
+                f"dispatch); {model.architectures[0] if model.architectures else 'the model'} has no "
+                "experts, so the flag changes nothing",
+                "remove --enable-single-batch-overlap",
+                "single_batch_overlap",
+                profile,
+            )
+        ]
+    return [
+        Finding(
+            "ok",
+            "audit",
+            "--enable-single-batch-overlap on a MoE model",
+            f"{model.num_experts} experts: the flag applies",
+            "",
+            "single_batch_overlap",
+            profile,
+        )
+    ]
+
+
+def _env_findings(env: Mapping[str, str], version: str, profile: str) -> list[Finding]:
+    if "SGLANG_ENABLE_SPEC_V2" not in env:
+        return []
+    v = _v(version)
+    fix = "remove SGLANG_ENABLE_SPEC_V2 from engine.env (or the profile's env)"
+    if v >= (0, 5, 21):
+        return [
+            Finding(
+                "warning",
+                "audit",
+                "SGLANG_ENABLE_SPEC_V2 does nothing on sglang " + version,
+                "no code reads it since 0.5.21 (silently ignored); speculative decoding always runs "
+                "the v2 worker. --disable-overlap-schedule selects the synchronous path",
+                fix,
+                "env.spec_v2",
+                profile,
+            )
+        ]
+    if v >= (0, 5, 14):
+        return [
+            Finding(
+                "warning",
+                "audit",
+                "SGLANG_ENABLE_SPEC_V2 was removed in 0.5.14",
+                "SGLang logs that it has been removed; the v2 worker is always used",
+                fix,
+                "env.spec_v2",
+                profile,
+            )
+        ]
+    return [
+        Finding(
+            "info",
+            "audit",
+            f"SGLANG_ENABLE_SPEC_V2={env['SGLANG_ENABLE_SPEC_V2']}",
+            "on <=0.5.13 it selects the overlap-scheduled speculative worker (default on since 0.5.11)",
+            "",
+            "env.spec_v2",
+            profile,
+        )
+    ]
+
+
+def _min_cc(gpus: Sequence[GpuInfo]) -> tuple[int, int] | None:
+    ccs: list[tuple[int, int]] = []
+    for g in gpus:
+        if g.compute_capability:
+            major, _, minor = g.compute_capability.partition(".")
+            ccs.append((int(major), int(minor or 0)))
+    return min(ccs) if ccs else None
+
+
+def _comm_findings(
+    flags: Flags, gpus: Sequence[GpuInfo], link: P2PLink | None, profile: str
+) -> list[Finding]:
+    out: list[Finding] = []
+    tp = flags.int("--tp-size", 1) or 1
+    used = list(gpus)[:tp] if gpus else []
+    cc = _min_cc(used)
+    sm = f"SM{cc[0]}{cc[1]}" if cc else "unknown"
+    if flags.on("--enable-nccl-nvls") and cc is not None and cc < (9, 0):
+        out.append(
+            Finding(
+                "warning",
+                "audit",
+                f"--enable-nccl-nvls cannot work on these GPUs ({sm})",
+                "NCCL NVLS (NVLink SHARP) needs SM90+ and NVSwitch",
+                "remove --enable-nccl-nvls",
+                "comm.nvls",
+                profile,
+            )
+        )
+    if flags.on("--enable-flashinfer-allreduce-fusion") and cc is not None and cc < (9, 0):
+        out.append(
+            Finding(
+                "warning",
+                "audit",
+                f"--enable-flashinfer-allreduce-fusion has no effect on {sm}",
+                "FlashInfer allreduce fusion needs SM90+",
+                "remove --enable-flashinfer-allreduce-fusion",
+                "comm.flashinfer_fusion",
+                profile,
+            )
+        )
+    if tp <= 1:
+        return out
+    if cc is None:
+        out.append(
+            Finding(
+                "info",
+                "audit",
+                "NVLS / FlashInfer allreduce fusion availability unknown",
+                "no GPU facts (NVML unavailable): both need SM90+",
+                "",
+                "comm.unknown",
+                profile,
+            )
+        )
+    elif cc >= (9, 0):
+        if not flags.on("--enable-nccl-nvls"):
+            out.append(
+                Finding(
+                    "info",
+                    "audit",
+                    f"{sm}: NCCL NVLS is available to try",
+                    "NVLink SHARP speeds up allreduce on NVSwitch systems",
+                    "--enable-nccl-nvls (only with NVSwitch)",
+                    "comm.nvls",
+                    profile,
+                )
+            )
+    else:
+        out.append(
+            Finding(
+                "info",
+                "audit",
+                f"{sm}: no NVLS and no FlashInfer allreduce fusion here",
+                "both need SM90+; custom allreduce is the fast path on these GPUs",
+                "",
+                "comm.sm",
+                profile,
+            )
+        )
+    if flags.on("--disable-custom-all-reduce"):
+        if link in ("nvlink", "pcie-p2p"):
+            out.append(
+                Finding(
+                    "warning",
+                    "audit",
+                    "--disable-custom-all-reduce leaves performance on the table",
+                    f"the TP GPUs are linked by {link}: SGLang's custom allreduce beats NCCL for small "
+                    "decode messages",
+                    "remove --disable-custom-all-reduce",
+                    "comm.custom_ar",
+                    profile,
+                )
+            )
+    elif link == "none":
+        out.append(
+            Finding(
+                "info",
+                "audit",
+                "custom allreduce cannot use peer-to-peer here",
+                "no NVLink or PCIe P2P between the TP GPUs: SGLang falls back to NCCL",
+                "",
+                "comm.custom_ar",
+                profile,
+            )
+        )
+    elif link in ("nvlink", "pcie-p2p"):
+        out.append(
+            Finding(
+                "ok",
+                "audit",
+                f"custom allreduce over {link}",
+                "TP GPUs can talk peer-to-peer",
+                "",
+                "comm.custom_ar",
+                profile,
+            )
+        )
+    return out
+
+
+def audit_profile(
+    profile: ProfileView,
+    version: str,
+    model: ModelInfo | None = None,
+    *,
+    gpus: Sequence[GpuInfo] = (),
+    link: P2PLink | None = None,
+    catalog: FlagCatalog | None = None,
+) -> list[Finding]:
+    """Every audit rule for one profile on SGLang `version`."""
+    flags = parse_flags(profile.args, catalog)
+    out = _graph_findings(flags, version, model, profile.name)
+    out += _spec_findings(flags, model, profile.name)
+    out += _language_only_findings(flags, profile.name)
+    out += _overlap_findings(flags, model, profile.name)
+    out += _env_findings(profile.env, version, profile.name)
+    out += _comm_findings(flags, gpus, link, profile.name)
+    if flags.on("--disable-overlap-schedule"):
+        out.append(
+            Finding(
+                "info",
+                "audit",
+                "--disable-overlap-schedule turns off CPU/GPU overlap",
+                "the scheduler then prepares the next batch only after the GPU finished",
+                "remove it unless a bug forces it",
+                "overlap_schedule",
+                profile.name,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Flags against our catalogue and against the real parser
+# --------------------------------------------------------------------------------------------
+
+
+def catalog_findings(profile: str, version: str, problems: Sequence[FlagProblem]) -> list[Finding]:
+    """Our catalogue's verdict on the rendered argv (`profiles.render(...).problems`).
+
+    The speculative-algorithm name and SGLANG_ENABLE_SPEC_V2 are left to the audit rules, which
+    say more about them.
+    """
+    out: list[Finding] = []
+    for p in problems:
+        if p.flag in ("--speculative-algorithm", "SGLANG_ENABLE_SPEC_V2"):
+            continue
+        code = (
+            "flag.abbreviation"
+            if "abbreviation" in p.message
+            else "flag.deprecated"
+            if "deprecated" in p.message
+            else "flag.removed"
+            if "removed" in p.message
+            else "flag.invalid"
+        )
+        why = (
+            f"argparse of sglang {version} exits with rc 2 on it (unrecognized argument / invalid choice)"
+            if p.severity == "error"
+            else f"sglang {version} accepts it, but it can hide a typo or go away in a later release"
+        )
+        out.append(Finding(p.severity, "engine", p.message, why, p.fix, code, profile))
+    if not any(f.severity == "error" for f in out):
+        out.append(
+            Finding(
+                "ok",
+                "engine",
+                f"every rendered flag is known to sglang {version} (our catalogue)",
+                "no unknown, removed or ambiguous flags",
+                "",
+                "flag.catalog_ok",
+                profile,
+            )
+        )
+    return out
+
+
+def migration_findings(profile: str, version: str, migrations: Iterable[Migration]) -> list[Finding]:
+    """Flags the config still writes the old way; `render` rewrites them for `version`."""
+    out: list[Finding] = []
+    for m in migrations:
+        old_flag = m.old.split()[0]
+        if m.new:
+            what = f"{old_flag} is not a flag of sglang {version}: replaced by {m.new}"
+            fix = f"write `{m.new}` in the config instead of `{m.old}`"
+        else:
+            what = f"{old_flag} does nothing on sglang {version}: dropped"
+            fix = f"remove `{m.old}` from the config"
+        out.append(
+            Finding(
+                "warning",
+                "engine",
+                what,
+                f"{m.note} (changed in sglang {m.since}). Started as written, sglang would exit with rc 2 "
+                "('unrecognized arguments'); the supervisor renders the replacement for you",
+                fix,
+                "flag.renamed",
+                profile,
+            )
+        )
+    return out
+
+
+def parser_findings(profile: str, result: Mapping[str, Any] | None, version: str | None) -> list[Finding]:
+    """One profile's verdict from `sglang_argcheck` (the real parser in the engine's interpreter)."""
+    if result is None:
+        return []
+    out: list[Finding] = []
+    if result.get("error"):
+        out.append(
+            Finding(
+                "error",
+                "engine",
+                f"the real sglang {version or ''} parser rejects this profile",
+                str(result["error"]),
+                "fix the flag it names",
+                "parser.error",
+                profile,
+            )
+        )
+    unknown = [t for t in result.get("unknown") or [] if isinstance(t, str)]
+    if unknown:
+        out.append(
+            Finding(
+                "error",
+                "engine",
+                "the real sglang parser does not know: " + " ".join(unknown),
+                "sglang would exit with rc 2: 'unrecognized arguments'",
+                "remove or rename those flags (see the catalogue findings for replacements)",
+                "parser.unknown",
+                profile,
+            )
+        )
+    for short, full in (result.get("abbreviations") or {}).items():
+        out.append(
+            Finding(
+                "warning",
+                "engine",
+                f"{short} is accepted only as an abbreviation" + (f" of {full}" if full else ""),
+                "argparse expands unique prefixes silently; a typo can hide the same way",
+                f"write {full or 'the full option'}",
+                "parser.abbreviation",
+                profile,
+            )
+        )
+    if not out:
+        out.append(
+            Finding(
+                "ok",
+                "engine",
+                f"the real sglang {version or ''} parser accepts this profile",
+                "ServerArgs.add_cli_args + parse_known_args found no unknown flag",
+                "",
+                "parser.ok",
+                profile,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Host
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    nvml: bool
+    gpus: tuple[GpuInfo, ...] = ()
+    foreign: tuple[str, ...] = ()  # "GPU0 pid 123 (python) 40.0 GiB" lines
+    tp_link: P2PLink | None = None
+    shm_bytes: int | None = None
+    memlock_soft: int | None = None  # -1: unlimited
+    ports_busy: Mapping[int, str] = field(default_factory=dict)  # port -> what it is for
+    ports_checked: Mapping[int, str] = field(default_factory=dict)
+    # path -> (what it is for, 'ok' | 'missing' | 'unwritable: <reason>')
+    dirs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    model: ModelInfo | None = None
+    model_error: str | None = None
+
+
+_GIB = 1024**3
+
+
+def host_findings(h: HostFacts, tp_size: int, mem_fraction: float | None = None) -> list[Finding]:
+    out: list[Finding] = []
+    if not h.nvml:
+        out.append(
+            Finding(
+                "warning",
+                "host",
+                "NVML is not available: GPU checks skipped",
+                "no NVIDIA driver/library here (or no GPU); the audit continues without GPU facts",
+                "run doctor on the GPU host",
+                "host.nvml",
+            )
+        )
+    else:
+        for g in h.gpus:
+            free = (
+                (g.memory_total_bytes - g.memory_used_bytes)
+                if (g.memory_total_bytes is not None and g.memory_used_bytes is not None)
+                else None
+            )
+            out.append(
+                Finding(
+                    "info",
+                    "host",
+                    f"GPU{g.index}: {g.name}, SM {g.compute_capability or '?'}, "
+                    f"driver {g.driver or '?'}"
+                    + (
+                        f", {free / _GIB:.1f} of {(g.memory_total_bytes or 0) / _GIB:.1f} GiB free"
+                        if free is not None
+                        else ""
+                    ),
+                    "",
+                    "",
+                    "host.gpu",
+                )
+            )
+        if len(h.gpus) < tp_size:
+            out.append(
+                Finding(
+                    "error",
+                    "host",
+                    f"--tp-size {tp_size} needs {tp_size} GPUs; {len(h.gpus)} visible",
+                    "SGLang starts one scheduler per GPU",
+                    f"--tp-size {len(h.gpus) or 1}, or check CUDA_VISIBLE_DEVICES",
+                    "host.gpu_count",
+                )
+            )
+        for line in h.foreign:
+            out.append(
+                Finding(
+                    "warning",
+                    "host",
+                    f"foreign GPU process: {line}",
+                    "another process holds GPU memory: the engine may not fit (the supervisor then exits "
+                    "75 and systemd retries)",
+                    "stop it, or lower --mem-fraction-static",
+                    "host.foreign",
+                )
+            )
+        model = h.model
+        if model is not None and model.weights_gb_estimate and h.gpus[:tp_size]:
+            per_gpu = model.weights_gb_estimate * 1e9 / tp_size
+            frees = [(g.memory_total_bytes or 0) - (g.memory_used_bytes or 0) for g in h.gpus[:tp_size]]
+            budget = min(frees) * (mem_fraction or 0.9)
+            if per_gpu > budget:
+                out.append(
+                    Finding(
+                        "error",
+                        "host",
+                        f"the weights (~{per_gpu / _GIB:.1f} GiB per GPU) do not fit",
+                        f"{budget / _GIB:.1f} GiB per GPU usable at mem fraction {mem_fraction or 0.9}",
+                        "more GPUs (--tp-size), a quantized model, or free the GPUs",
+                        "host.memory",
+                    )
+                )
+    if tp_size > 1:
+        if h.tp_link in ("nvlink", "pcie-p2p"):
+            out.append(Finding("ok", "host", f"TP GPUs linked by {h.tp_link}", "", "", "host.link"))
+        elif h.tp_link == "none":
+            out.append(
+                Finding(
+                    "warning",
+                    "host",
+                    "no peer-to-peer link between the TP GPUs",
+                    "every allreduce goes through host memory: tensor parallel decode is slow",
+                    "check the PCIe topology / IOMMU (nvidia-smi topo -m)",
+                    "host.link",
+                )
+            )
+    if h.shm_bytes is not None and tp_size > 1 and h.shm_bytes < _GIB:
+        out.append(
+            Finding(
+                "warning",
+                "host",
+                f"/dev/shm is only {h.shm_bytes / 2**20:.0f} MiB",  # noqa: S108 (a fact, not a file)
+                "NCCL uses shared memory between ranks; small /dev/shm (containers: 64 MiB) breaks "
+                "or slows multi-GPU runs",
+                "remount /dev/shm bigger (docker: --shm-size 16g)",
+                "host.shm",
+            )
+        )
+    if h.memlock_soft is not None and h.memlock_soft != -1 and h.memlock_soft < 64 * 2**20:
+        out.append(
+            Finding(
+                "info",
+                "host",
+                f"RLIMIT_MEMLOCK is {h.memlock_soft // 1024} KiB",
+                "pinned host memory (NCCL, CPU offload) prefers unlimited locked memory",
+                "LimitMEMLOCK=infinity in the unit",
+                "host.memlock",
+            )
+        )
+    for port, what in h.ports_busy.items():
+        out.append(
+            Finding(
+                "error",
+                "host",
+                f"port {port} ({what}) is already in use",
+                "the engine (or its side server) cannot bind it and exits",
+                "stop the other listener or change the port in the config",
+                "host.port",
+            )
+        )
+    free_ports = [f"{p} ({w})" for p, w in h.ports_checked.items() if p not in h.ports_busy]
+    if free_ports:
+        out.append(Finding("ok", "host", "ports free: " + ", ".join(free_ports), "", "", "host.port"))
+    for path, (purpose, status) in h.dirs.items():
+        if status == "ok":
+            out.append(Finding("ok", "host", f"{purpose} {path} is writable", "", "", "host.dir"))
+        elif status == "missing":
+            out.append(
+                Finding(
+                    "info",
+                    "host",
+                    f"{purpose} {path} does not exist yet",
+                    "the unit's StateDirectory=/LogsDirectory=/RuntimeDirectory= create it at start",
+                    f"when running by hand: install -d -o <service user> {path}",
+                    "host.dir",
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    "warning",
+                    "host",
+                    f"{purpose} {path} is not writable by this user",
+                    status + " (fine if the service runs as another user who can write it)",
+                    f"chown it to the service user (install -d -o <user> {path})",
+                    "host.dir",
+                )
+            )
+    if h.model_error:
+        out.append(
+            Finding(
+                "error",
+                "host",
+                "model config unreadable",
+                h.model_error,
+                "fix engine.model_path",
+                "host.model",
+            )
+        )
+    elif h.model is not None:
+        m = h.model
+        traits = [
+            (
+                "multimodal (SGLang classes it as a VLM)"
+                if m.sglang_multimodal
+                else "has a vision tower"
+                if m.has_vision_config
+                else "text-only"
+            ),
+            f"hybrid: {m.linear_attention_layers} linear-attention + "
+            f"{m.full_attention_layers} full-attention layers"
+            if m.hybrid
+            else "standard attention",
+            f"MTP/NEXTN head: {m.mtp_layers} layer(s)" if m.has_mtp else "no MTP head",
+            f"MoE: {m.num_experts} experts" if m.moe else "dense",
+        ]
+        size = f", ~{m.params_estimate / 1e9:.1f}B params" if m.params_estimate else ""
+        out.append(
+            Finding(
+                "info",
+                "host",
+                f"model {', '.join(m.architectures) or '?'}{size}",
+                "; ".join(traits) + ("; " + "; ".join(m.notes) if m.notes else ""),
+                "",
+                "host.model",
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Live server
+# --------------------------------------------------------------------------------------------
+
+
+def redact_server_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy of /server_info with secrets replaced (SGLang returns --api-key in clear)."""
+
+    def scrub(obj: Any) -> Any:
+        if isinstance(obj, Mapping):
+            return {k: ("<redacted>" if k in SECRET_KEYS and v else scrub(v)) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [scrub(x) for x in obj]
+        return obj
+
+    out: dict[str, Any] = scrub(info)
+    return out
+
+
+def live_summary(info: Mapping[str, Any]) -> dict[str, Any]:
+    states = info.get("internal_states") or [{}]
+    st = states[0] if isinstance(states, list) and states and isinstance(states[0], Mapping) else {}
+    mem = st.get("memory_usage") if isinstance(st.get("memory_usage"), Mapping) else {}
+    return {
+        "version": info.get("version"),
+        "model_path": info.get("model_path"),
+        "tp_size": info.get("tp_size"),
+        "speculative_algorithm": info.get("speculative_algorithm"),
+        "cuda_graph_backend_decode": info.get("cuda_graph_backend_decode"),
+        "cuda_graph_backend_prefill": info.get("cuda_graph_backend_prefill"),
+        "last_gen_throughput": st.get("last_gen_throughput"),
+        "avg_spec_accept_length": st.get("avg_spec_accept_length"),
+        "memory_usage": mem,
+        "max_total_num_tokens": info.get("max_total_num_tokens"),
+    }
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def live_findings(info: Mapping[str, Any], decode_none_passes: float | None = None) -> list[Finding]:
+    """Evidence from a running server: resolved args, graph memory, throughput, accept length."""
+    out: list[Finding] = []
+    s = live_summary(info)
+    version = str(s["version"] or "?")
+    thr = _num(s["last_gen_throughput"])
+    out.append(
+        Finding(
+            "info",
+            "live",
+            f"sglang {version} serving {s['model_path']}: last gen throughput "
+            + (f"{thr:.1f} tok/s" if thr is not None else "unknown"),
+            "from /server_info internal_states[0]",
+            "",
+            "live.summary",
+        )
+    )
+    mem = s["memory_usage"] or {}
+    graph = mem.get("graph") if isinstance(mem.get("graph"), Mapping) else None
+    decode_disabled = (
+        info.get("disable_cuda_graph") is True
+        or info.get("disable_decode_cuda_graph") is True
+        or info.get("cuda_graph_backend_decode") == "disabled"
+    )
+    if info.get("disable_piecewise_cuda_graph") is True:  # <=0.5.13 resolved field
+        out.append(
+            Finding(
+                "warning",
+                "live",
+                "the running server resolved disable_piecewise_cuda_graph=True",
+                "one of SGLang's auto-disable rules (multimodal architecture, LoRA, PP, ...) turned the "
+                "piecewise prefill graph off; doctor --config names the rule",
+                "--enforce-piecewise-cuda-graph on <=0.5.13, --cuda-graph-backend-prefill breakable on newer",
+                "live.piecewise_off",
+            )
+        )
+    spec = bool(s["speculative_algorithm"])
+    decode_key = "target_verify" if spec else "decode"
+    graph_mem = _num(graph.get(decode_key)) if graph else None
+    if decode_disabled or (graph_mem is not None and graph_mem == 0.0):
+        evidence = (
+            "the resolved args disable it"
+            if decode_disabled
+            else f"memory_usage.graph.{decode_key} is 0 GB (no graph was captured)"
+        )
+        out.append(
+            Finding(
+                "warning",
+                "live",
+                "the running server decodes WITHOUT CUDA graphs",
+                evidence,
+                "remove the flag that disables decode graphs and restart (doctor --config shows which)",
+                "live.decode_eager",
+            )
+        )
+    elif graph_mem is not None:
+        out.append(
+            Finding(
+                "ok",
+                "live",
+                f"{decode_key} CUDA graph captured ({graph_mem:.3f} GB)",
+                "",
+                "",
+                "live.decode_graph",
+            )
+        )
+    if graph is not None:
+        prefill_mem = _num(graph.get("prefill"))
+        if prefill_mem == 0.0:
+            out.append(
+                Finding(
+                    "warning",
+                    "live",
+                    "no prefill CUDA graph was captured",
+                    "memory_usage.graph.prefill is 0 GB",
+                    "see the audit's prefill graph finding",
+                    "live.prefill_eager",
+                )
+            )
+    if decode_none_passes:
+        out.append(
+            Finding(
+                "warning",
+                "live",
+                f"{decode_none_passes:.0f} decode passes ran eagerly",
+                "sglang:cuda_graph_passes_total{mode=decode_none} > 0: batches fell outside the "
+                "captured sizes",
+                "raise --cuda-graph-max-bs-decode to the concurrency you serve",
+                "live.decode_none",
+            )
+        )
+    acc = _num(s["avg_spec_accept_length"])
+    if spec and acc is not None:
+        sev: Severity = "warning" if acc < 1.5 else "ok"
+        out.append(
+            Finding(
+                sev,
+                "live",
+                f"speculative accept length {acc:.2f}",
+                "below 1.5 the draft costs more than it saves"
+                if sev == "warning"
+                else "drafts are paying off",
+                "fewer --speculative-num-steps or no speculation" if sev == "warning" else "",
+                "live.spec_accept",
+            )
+        )
+    return out

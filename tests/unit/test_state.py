@@ -1,0 +1,222 @@
+"""Persisted state: pure transitions, the JSON round trip, and the file adapter's guarantees."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+import structlog
+
+from sglang_supervisor.state import (
+    STATE_FILE,
+    State,
+    StateFormatError,
+    StateStore,
+    baseline_key,
+    command_hash,
+    fingerprint,
+    from_json,
+    to_json,
+    with_bad,
+    with_baseline,
+    with_good,
+    with_ranking,
+)
+
+DAY = 86400.0
+FP = fingerprint("Qwen/Qwen3.6-27B", "0.5.23", ["NVIDIA H200", "NVIDIA H200"], "580.65", "abc")
+
+
+def test_fingerprint_is_stable_and_sensitive_to_every_part() -> None:
+    base = ("m", "0.5.23", ["H200", "H200"], "580", "cmd")
+    assert fingerprint(*base) == fingerprint(*base)
+    assert len(fingerprint(*base)) == 16
+    variants = [
+        ("m2", "0.5.23", ["H200", "H200"], "580", "cmd"),
+        ("m", "0.5.22", ["H200", "H200"], "580", "cmd"),
+        ("m", "0.5.23", ["H200"], "580", "cmd"),
+        ("m", "0.5.23", ["H200", "H200"], "575", "cmd"),
+        ("m", "0.5.23", ["H200", "H200"], "580", "cmd2"),
+    ]
+    assert len({fingerprint(*v) for v in variants} | {fingerprint(*base)}) == 6
+
+
+def test_command_hash_covers_argv_and_env_but_not_env_order() -> None:
+    a = command_hash(["python", "-m", "sglang.launch_server", "--tp", "2"], {"A": "1", "B": "2"})
+    assert a == command_hash(["python", "-m", "sglang.launch_server", "--tp", "2"], {"B": "2", "A": "1"})
+    assert a != command_hash(["python", "-m", "sglang.launch_server", "--tp", "1"], {"A": "1", "B": "2"})
+    assert a != command_hash(["python", "-m", "sglang.launch_server", "--tp", "2"], {"A": "1"})
+
+
+def test_baseline_key_names_the_probe_shape() -> None:
+    assert baseline_key("fp", 256, 128) == "fp/in256-out128-c1"
+    assert baseline_key("fp", 256, 128) != baseline_key("fp", 256, 64)
+
+
+def test_good_clears_bad_and_bad_clears_good() -> None:
+    s = with_bad(State(), "fp", "primary", "capture_oom", 10.0)
+    s = with_bad(s, "fp", "primary", "capture_oom", 20.0)
+    assert s.fingerprints["fp"].bad["primary"].count == 2
+    assert s.fingerprints["fp"].bad["primary"].at == 20.0
+    s = with_good(s, "fp", "primary", 30.0)
+    assert "primary" not in s.fingerprints["fp"].bad
+    assert s.fingerprints["fp"].last_good is not None
+    s = with_bad(s, "fp", "primary", "hang", 40.0)
+    assert s.fingerprints["fp"].last_good is None  # it just failed: do not start with it next time
+    s = with_good(s, "fp", "eager", 50.0)
+    s = with_bad(s, "fp", "primary", "hang", 60.0)
+    assert s.fingerprints["fp"].last_good is not None
+    assert s.fingerprints["fp"].last_good.profile == "eager"
+
+
+def test_json_round_trip() -> None:
+    s = with_good(State(), "fp", "eager", 1.0)
+    s = with_bad(s, "fp", "primary", "prefill_graph_failed", 2.0)
+    s = with_ranking(s, "fp", ["eager", "primary"], 3.0)
+    s = with_baseline(s, "fp/in256-out128-c1", 1234.5, 4.0)
+    assert from_json(json.loads(json.dumps(to_json(s)))) == s
+
+
+@pytest.mark.parametrize(
+    "data",
+    [[], {"version": 99}, {"version": 1, "fingerprints": {"fp": {"bad": {"p": {"at": 1}}}}},
+     {"version": 1, "baselines": {"k": {"value": "fast", "at": 1}}}],
+)
+def test_malformed_content_is_a_format_error(data: object) -> None:
+    with pytest.raises(StateFormatError):
+        from_json(data)
+
+
+def test_store_persists_across_instances(tmp_path: Path) -> None:
+    a = StateStore(tmp_path)
+    assert a.mark_good(FP, "eager", 100.0)
+    assert a.mark_bad(FP, "primary", "prefill_graph_failed", 100.0)
+    assert a.set_baseline("k", 900.0, 100.0)
+    assert a.set_ranking(FP, ["eager", "primary"], 100.0)
+    b = StateStore(tmp_path)  # the supervisor restarted
+    assert b.last_good(FP) == "eager"
+    bad = b.known_bad(FP, now=100.0 + 60, ttl_s=DAY)
+    assert list(bad) == ["primary"]
+    assert bad["primary"].failure_class == "prefill_graph_failed"
+    baseline = b.baseline("k")
+    assert baseline is not None
+    assert baseline.value == 900.0
+    assert b.ranking(FP) == ["eager", "primary"]
+    assert b.last_good("other") is None
+    assert b.ranking("other") is None
+    assert b.known_bad("other", 0.0, DAY) == {}
+
+
+def test_file_mode_is_0640_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o000)
+    try:
+        StateStore(tmp_path).mark_good(FP, "eager", 1.0)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / STATE_FILE).stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_known_bad_expires_and_survives_clock_steps(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.mark_bad(FP, "primary", "hang", 1000.0)
+    assert "primary" in store.known_bad(FP, 1000.0 + DAY - 1, ttl_s=DAY)
+    assert store.known_bad(FP, 1000.0 + DAY + 1, ttl_s=DAY) == {}
+    # The clock was stepped back a year: the record must not stay "bad" for a year plus the TTL.
+    assert store.known_bad(FP, 1000.0 - 365 * DAY, ttl_s=DAY) == {}
+    assert "primary" in store.known_bad(FP, 1000.0 - 60, ttl_s=DAY)  # a small step back: still bad
+    assert store.known_bad(FP, 1000.0, ttl_s=0) == {}  # ttl 0: failures are not remembered
+
+
+def test_clear_bad_is_the_retry_flag(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.mark_bad(FP, "primary", "hang", 1.0)
+    store.mark_bad(FP, "no-prefill-graph", "capture_oom", 1.0)
+    store.clear_bad(FP, "primary")
+    assert list(store.known_bad(FP, 1.0, DAY)) == ["no-prefill-graph"]
+    store.clear_bad(FP)
+    assert StateStore(tmp_path).known_bad(FP, 1.0, DAY) == {}
+    assert store.clear_bad("never-seen")
+
+
+def test_corrupt_file_is_moved_aside_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text('{"version": 1, "fingerpr')
+    with structlog.testing.capture_logs() as logs:
+        store = StateStore(tmp_path)
+    assert store.last_good(FP) is None
+    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    assert warning["log_level"] == "warning"
+    aside = list(tmp_path.glob(f"{STATE_FILE}.corrupt-*"))
+    assert len(aside) == 1
+    assert aside[0].read_text() == '{"version": 1, "fingerpr'
+    assert store.mark_good(FP, "eager", 1.0)
+    assert StateStore(tmp_path).last_good(FP) == "eager"
+
+
+def test_a_full_disk_keeps_state_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = StateStore(tmp_path)
+    store.mark_good(FP, "primary", 0.5)
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with structlog.testing.capture_logs() as logs:
+        assert not store.mark_bad(FP, "primary", "hang", 1.0)
+        assert not store.mark_good(FP, "eager", 1.0)
+    assert [e["event"] for e in logs].count("state_write_failed") == 1  # once, not once per change
+    assert store.last_good(FP) == "eager"
+    assert "primary" in store.known_bad(FP, 1.0, DAY)
+    assert StateStore(tmp_path).last_good(FP) == "primary"  # the file still holds the old, whole state
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    monkeypatch.undo()
+    assert store.set_baseline("k", 1.0, 2.0)  # the disk recovered: everything known is written
+    assert StateStore(tmp_path).last_good(FP) == "eager"
+
+
+def test_a_second_store_sees_the_first_ones_writes(tmp_path: Path) -> None:
+    a, b = StateStore(tmp_path), StateStore(tmp_path)
+    a.mark_good(FP, "primary", 1.0)
+    assert b.last_good(FP) == "primary"
+    b.mark_good(FP, "eager", 2.0)  # last write wins
+    assert a.last_good(FP) == "eager"
+
+
+def test_concurrent_writers_lose_nothing_and_never_half_write(tmp_path: Path) -> None:
+    stores = [StateStore(tmp_path), StateStore(tmp_path)]
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def writer(idx: int) -> None:
+        for i in range(60):
+            stores[idx].set_baseline(f"w{idx}-{i}", float(i), float(i))
+
+    def reader() -> None:
+        path = tmp_path / STATE_FILE
+        while not stop.is_set():
+            try:
+                text = path.read_text()
+            except FileNotFoundError:
+                continue
+            try:
+                from_json(json.loads(text))
+            except (ValueError, StateFormatError) as exc:
+                errors.append(f"{exc}: {text[:80]!r}")
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watcher.join()
+    assert errors == []
+    final = StateStore(tmp_path).snapshot()
+    assert set(final.baselines) == {f"w{w}-{i}" for w in range(2) for i in range(60)}

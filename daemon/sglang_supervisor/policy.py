@@ -645,9 +645,11 @@ class Lifecycle:
             if self.phase == Phase.CAPTURING_GRAPHS:
                 acts.append(NotifyStatus(self.status_text()))
         elif isinstance(ev, PrefillGraphDisabled):
-            # The engine decided against a prefill graph: do not wait for one.
+            # The engine decided against prefill graphs (target and draft) on that rank, or on
+            # every rank when the unprefixed main process said so: do not wait for them.
             self._expected = {k for k in self._expected
-                              if not (k[0] == "target" and k[1] in ("prefill", "piecewise"))}
+                              if not (k[1] in ("prefill", "piecewise")
+                                      and (ev.rank is None or k[2] == ev.rank))}
             acts.append(Log("engine.prefill_graph_disabled", "warning",
                             {"profile": self.profile, "reason": ev.reason}))
         elif isinstance(ev, HttpUp):

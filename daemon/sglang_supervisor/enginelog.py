@@ -1,0 +1,355 @@
+"""The engine's output pipe: drained by a dedicated thread that never blocks the engine.
+
+Every byte goes (redacted) into the size-rotated engine log file; the text is split into lines
+(`\\n` and `\\r`, so progress frames count as output), parsed into `EngineEvent`s that are handed
+to the asyncio loop, and forwarded to the supervisor's own log (journald/stdout) through a bounded
+queue that drops, and counts, rather than waits when stdout is slow.
+
+Nothing here may stop reading the pipe: a full disk, a deleted log file or a stuck journald are
+counted, never raised. A full pipe would freeze SGLang mid-capture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sglang_supervisor.events import (
+    CaptureProgress,
+    DeprecatedFlag,
+    EngineCrashed,
+    EngineEvent,
+    EngineFailed,
+    TracebackLine,
+)
+
+READ_SIZE = 64 * 1024
+REDACTED = b"***"
+MIN_SECRET_LEN = 4  # same floor as logsetup: shorter strings would shred ordinary text
+REOPEN_CHECK_S = 1.0  # how often to notice that the log file was deleted or moved away
+RETRY_AFTER_ERROR_S = 5.0  # after a failed write (disk full), try the file again this much later
+PROGRESS_FORWARD_S = 5.0  # forward at most one `\r` progress frame this often (file keeps all)
+FORWARD_QUEUE_LINES = 2000
+
+PRIORITY_ERROR = 3
+PRIORITY_WARNING = 4
+PRIORITY_INFO = 6
+
+
+class Splitter(Protocol):
+    def feed(self, data: bytes) -> list[str]: ...
+
+    def flush(self) -> list[str]: ...
+
+
+class Parser(Protocol):
+    def feed_line(self, line: str) -> list[EngineEvent]: ...
+
+
+ForwardFn = Callable[[str, int, str | None], None]
+
+
+# ------------------------------------------------------------------------------ redaction
+
+class StreamRedactor:
+    """Replaces secrets in a byte stream, even when one straddles two reads.
+
+    Only a tail that could be the start of a secret is held back, so the file is not left
+    behind by more than a partial secret when the engine goes quiet.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._secrets = sorted(
+            {s.encode() for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if not self._secrets:
+            return data
+        buf = self._held + data
+        for s in self._secrets:
+            buf = buf.replace(s, REDACTED)
+        keep = self._partial_tail(buf)
+        self._held = buf[len(buf) - keep:] if keep else b""
+        return buf[:len(buf) - keep] if keep else buf
+
+    def flush(self) -> bytes:
+        out, self._held = self._held, b""
+        return out
+
+    def _partial_tail(self, buf: bytes) -> int:
+        best = 0
+        for s in self._secrets:
+            for n in range(min(len(s) - 1, len(buf)), best, -1):
+                if buf.endswith(s[:n]):
+                    best = n
+                    break
+        return best
+
+
+# ------------------------------------------------------------------------------ the file
+
+class RotatingByteLog:
+    """Append-only byte log rotated by size (`path`, `path.1` ... `path.N`). Never raises."""
+
+    def __init__(self, path: str | Path, max_bytes: int, backups: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.errors = 0
+        self.dropped_bytes = 0
+        self.last_error: str | None = None
+        self._clock = clock
+        self._fh: int | None = None
+        self._size = 0
+        self._ident: tuple[int, int] | None = None
+        self._next_check = 0.0
+        self._retry_at = 0.0
+
+    def _open(self) -> bool:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        except OSError as exc:
+            self._fail(exc)
+            return False
+        st = os.fstat(fd)
+        self._fh, self._size, self._ident = fd, st.st_size, (st.st_dev, st.st_ino)
+        return True
+
+    def _close(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fh)
+        self._fh = None
+
+    def _fail(self, exc: OSError) -> None:
+        self.errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self._close()
+        self._retry_at = self._clock() + RETRY_AFTER_ERROR_S
+
+    def _still_ours(self) -> bool:
+        """False when the file was deleted or replaced (logrotate, an operator's rm)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._ident
+
+    def _rotate(self) -> None:
+        self._close()
+        try:
+            if self.backups > 0:
+                for i in range(self.backups - 1, 0, -1):
+                    older = self.path.with_name(f"{self.path.name}.{i}")
+                    if older.exists():
+                        os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+            else:
+                os.truncate(self.path, 0)
+        except OSError as exc:
+            self._fail(exc)
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        now = self._clock()
+        if self._fh is None and now < self._retry_at:
+            self.dropped_bytes += len(data)
+            return
+        if self._fh is not None and now >= self._next_check:
+            self._next_check = now + REOPEN_CHECK_S
+            if not self._still_ours():
+                self._close()
+        if self._fh is not None and self._size > 0 and self._size + len(data) > self.max_bytes:
+            self._rotate()
+        if self._fh is None and not self._open():
+            self.dropped_bytes += len(data)
+            return
+        assert self._fh is not None
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fh, view)
+                view = view[n:]
+                self._size += n
+        except OSError as exc:
+            self.dropped_bytes += len(view)
+            self._fail(exc)
+
+    def close(self) -> None:
+        self._close()
+
+
+# ------------------------------------------------------------------------------ the pump
+
+@dataclass
+class PumpStats:
+    bytes: int = 0
+    lines: int = 0
+    events: int = 0
+    forwarded: int = 0
+    forward_dropped: int = 0
+    internal_errors: int = 0
+
+
+def line_priority(events: Sequence[EngineEvent]) -> int:
+    """Errors and tracebacks at error priority, deprecation warnings at warning."""
+    if any(isinstance(e, EngineFailed | EngineCrashed | TracebackLine) for e in events):
+        return PRIORITY_ERROR
+    if any(isinstance(e, DeprecatedFlag) for e in events):
+        return PRIORITY_WARNING
+    return PRIORITY_INFO
+
+
+class EngineLogPump:
+    """Reads `fd` until EOF in its own thread; see the module docstring.
+
+    `on_output(events)` runs on `loop` once per read (even with no events: any output resets the
+    stall timer); `on_eof()` runs on `loop` after the last read.
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        log: RotatingByteLog,
+        splitter: Splitter,
+        parser: Parser,
+        on_output: Callable[[list[EngineEvent]], None],
+        on_eof: Callable[[], None],
+        secrets: Iterable[str] = (),
+        forward: ForwardFn | None = None,
+        forward_queue: int = FORWARD_QUEUE_LINES,
+        clock: Callable[[], float] = time.monotonic,
+        name: str = "engine-log",
+    ) -> None:
+        self._fd = fd
+        self._loop = loop
+        self._log = log
+        self._splitter = splitter
+        self._parser = parser
+        self._on_output = on_output
+        self._on_eof = on_eof
+        self._redactor = StreamRedactor(secrets)
+        self._forward = forward
+        self._queue: queue.Queue[tuple[str, int, str | None] | None] = queue.Queue(forward_queue)
+        self._clock = clock
+        self._last_progress = -PROGRESS_FORWARD_S
+        self.stats = PumpStats()
+        self._reader = threading.Thread(target=self._read_loop, name=name, daemon=True)
+        self._forwarder = threading.Thread(target=self._forward_loop, name=f"{name}-forward",
+                                           daemon=True)
+
+    def start(self) -> None:
+        if self._forward is not None:
+            self._forwarder.start()
+        self._reader.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for EOF to be processed; True when the reader finished."""
+        self._reader.join(timeout)
+        return not self._reader.is_alive()
+
+    @property
+    def log_errors(self) -> int:
+        return self._log.errors
+
+    @property
+    def log_dropped_bytes(self) -> int:
+        return self._log.dropped_bytes
+
+    # -- threads ------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                try:
+                    data = os.read(self._fd, READ_SIZE)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                self._chunk(self._redactor.feed(data), data_len=len(data), final=False)
+            self._chunk(self._redactor.flush(), data_len=0, final=True)
+        finally:
+            self._log.close()
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            if self._forward is not None:
+                self._enqueue(None)
+            self._to_loop(self._on_eof)
+
+    def _chunk(self, data: bytes, data_len: int, final: bool) -> None:
+        try:
+            self.stats.bytes += data_len
+            self._log.write(data)
+            lines = self._splitter.feed(data) if data else []
+            if final:
+                lines += self._splitter.flush()
+            events: list[EngineEvent] = []
+            for line in lines:
+                self.stats.lines += 1
+                line_events = self._parser.feed_line(line)
+                events += line_events
+                self._maybe_forward(line, line_events)
+            self.stats.events += len(events)
+            if data_len or events:
+                self._to_loop(self._on_output, events)
+        except Exception:  # a parser bug must not stop the pipe from draining
+            self.stats.internal_errors += 1
+            if data_len:
+                self._to_loop(self._on_output, [])
+
+    def _maybe_forward(self, line: str, events: list[EngineEvent]) -> None:
+        if self._forward is None or not line.strip():
+            return
+        if events and all(isinstance(e, CaptureProgress) for e in events):
+            now = self._clock()
+            if now - self._last_progress < PROGRESS_FORWARD_S:
+                return
+            self._last_progress = now
+        rank = next((e.rank for e in events if e.rank is not None), None)
+        self._enqueue((line, line_priority(events), rank))
+
+    def _enqueue(self, item: tuple[str, int, str | None] | None) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            if item is None:  # the end marker must arrive: make room for it
+                with contextlib.suppress(queue.Empty):
+                    self._queue.get_nowait()
+                    self.stats.forward_dropped += 1
+                with contextlib.suppress(queue.Full):
+                    self._queue.put_nowait(None)
+            else:
+                self.stats.forward_dropped += 1
+
+    def _forward_loop(self) -> None:
+        assert self._forward is not None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._forward(*item)
+                self.stats.forwarded += 1
+            except Exception:
+                self.stats.internal_errors += 1
+
+    def _to_loop(self, fn: Callable[..., None], *args: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: we are shutting down
+            self._loop.call_soon_threadsafe(fn, *args)

@@ -1,0 +1,174 @@
+"""The engine output pump: file rotation, redaction, events to the loop, non-blocking forwarding."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sglang_supervisor.enginelog import (
+    PRIORITY_ERROR,
+    PRIORITY_INFO,
+    EngineLogPump,
+    RotatingByteLog,
+    StreamRedactor,
+)
+from sglang_supervisor.events import EngineEvent, EngineFailed, FailureClass, ServerReady
+
+pytestmark = pytest.mark.integration
+
+
+class Splitter:
+    """Minimal stand-in for logwatch.LineSplitter: split on \\n and \\r."""
+
+    def __init__(self) -> None:
+        self.buf = ""
+
+    def feed(self, data: bytes) -> list[str]:
+        self.buf += data.decode(errors="replace")
+        parts = self.buf.replace("\r", "\n").split("\n")
+        self.buf = parts.pop()
+        return parts
+
+    def flush(self) -> list[str]:
+        out, self.buf = ([self.buf] if self.buf else []), ""
+        return out
+
+
+class Parser:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def feed_line(self, line: str) -> list[EngineEvent]:
+        self.n += 1
+        if "ready to roll" in line:
+            return [ServerReady(self.n, None)]
+        if "Error" in line:
+            return [EngineFailed(self.n, "TP0", FailureClass.OTHER, line)]
+        return []
+
+
+@pytest.mark.parametrize("cut", [1, 3, 7, 10, 15])
+def test_stream_redactor_across_chunk_boundaries(cut: int) -> None:
+    data = b"server_args={'api_key': 'sk-secret-123'} tail sk-secret-123"
+    r = StreamRedactor(["sk-secret-123"])
+    out = b"".join(r.feed(data[i:i + cut]) for i in range(0, len(data), cut)) + r.flush()
+    assert out == b"server_args={'api_key': '***'} tail ***"
+
+
+def test_stream_redactor_holds_back_only_a_possible_prefix() -> None:
+    r = StreamRedactor(["sk-secret-123"])
+    assert r.feed(b"hello\n") == b"hello\n"
+    assert r.feed(b"key sk-se") == b"key "
+    assert r.feed(b"x\n") == b"sk-sex\n"
+
+
+def test_rotation_keeps_backups(tmp_path: Path) -> None:
+    log = RotatingByteLog(tmp_path / "engine.log", max_bytes=100, backups=2)
+    for i in range(10):
+        log.write(f"{i:02d}".encode() * 20 + b"\n")  # 41 bytes
+    log.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["engine.log", "engine.log.1", "engine.log.2"]
+    assert all(p.stat().st_size <= 100 for p in tmp_path.iterdir())
+    assert (tmp_path / "engine.log").read_bytes().endswith(b"09" * 20 + b"\n")
+
+
+def test_deleted_file_is_recreated(tmp_path: Path) -> None:
+    now = [0.0]
+    path = tmp_path / "engine.log"
+    log = RotatingByteLog(path, max_bytes=10_000, backups=1, clock=lambda: now[0])
+    log.write(b"one\n")
+    path.unlink()
+    now[0] += 2
+    log.write(b"two\n")
+    log.close()
+    assert path.read_bytes() == b"two\n"
+
+
+def test_write_errors_are_counted_not_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    log = RotatingByteLog(tmp_path / "engine.log", max_bytes=10_000, backups=1, clock=lambda: now[0])
+    real_write = os.write
+
+    def disk_full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    log.write(b"lost\n")
+    log.write(b"lost too\n")  # within the retry pause: dropped without touching the disk
+    assert log.errors == 1 and log.dropped_bytes == len(b"lost\nlost too\n")
+    monkeypatch.setattr(os, "write", real_write)
+    now[0] += 10
+    log.write(b"back\n")
+    log.close()
+    assert (tmp_path / "engine.log").read_bytes() == b"back\n"
+
+
+def run_pump(tmp_path: Path, payload: list[bytes], forward, queue: int = 100) -> tuple[
+        EngineLogPump, list[EngineEvent], int]:
+    async def main() -> tuple[EngineLogPump, list[EngineEvent], int]:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        got: list[EngineEvent] = []
+        calls = [0]
+        done = asyncio.Event()
+
+        def on_output(evs: list[EngineEvent]) -> None:
+            calls[0] += 1
+            got.extend(evs)
+
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=Parser(), on_output=on_output,
+                             on_eof=done.set, secrets=["sk-secret-123"], forward=forward,
+                             forward_queue=queue)
+        pump.start()
+        for chunk in payload:
+            os.write(w, chunk)
+            await asyncio.sleep(0.01)
+        os.close(w)
+        await asyncio.wait_for(done.wait(), 10)
+        assert pump.join(10)
+        return pump, got, calls[0]
+
+    return asyncio.run(main())
+
+
+def test_pump_file_events_and_forwarding(tmp_path: Path) -> None:
+    forwarded: list[tuple[str, int, str | None]] = []
+    payload = [b"Loading 10%\rLoading 50%\r", b"api_key=sk-secret-123\nRuntime", b"Error: x\n",
+               b"The server is fired up and ready to roll!\nno newline"]
+    pump, events, calls = run_pump(tmp_path, payload, lambda *a: forwarded.append(a))
+    text = (tmp_path / "e.log").read_bytes()
+    assert text == b"".join(payload).replace(b"sk-secret-123", b"***")
+    assert [type(e) for e in events] == [EngineFailed, ServerReady]
+    assert calls >= 3  # once per read at least, so any output resets the stall timer
+    lines = [f[0] for f in forwarded]
+    assert "api_key=***" in lines and "no newline" in lines
+    assert ("RuntimeError: x", PRIORITY_ERROR, "TP0") in forwarded
+    assert ("The server is fired up and ready to roll!", PRIORITY_INFO, None) in forwarded
+    assert not any("sk-secret" in line for line in lines)
+    assert pump.stats.forward_dropped == 0
+
+
+def test_slow_forwarding_drops_instead_of_blocking(tmp_path: Path) -> None:
+    gate = threading.Event()
+    forwarded: list[str] = []
+
+    def slow(text: str, prio: int, rank: str | None) -> None:
+        gate.wait(10)
+        forwarded.append(text)
+
+    payload = [b"".join(f"line {i}\n".encode() for i in range(500))]
+    timer = threading.Timer(1.0, gate.set)
+    timer.start()
+    pump, _, _ = run_pump(tmp_path, payload, slow, queue=10)
+    timer.cancel()
+    gate.set()
+    assert pump.stats.lines == 500
+    assert pump.stats.forward_dropped > 0
+    assert (tmp_path / "e.log").read_bytes() == payload[0]  # the file kept everything

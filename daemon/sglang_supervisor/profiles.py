@@ -31,6 +31,7 @@ from sglang_supervisor.secrets import read_api_key
 __all__ = [
     "RenderedCommand",
     "command_hash",
+    "config_problems",
     "default_secret_config_path",
     "detect_engine_version",
     "render",
@@ -159,6 +160,38 @@ def render_all(
     config: Config, version: str, *, python: str = sys.executable, api_key: str | None = None
 ) -> list[RenderedCommand]:
     return [render(config, p.name, version, python=python, api_key=api_key) for p in config.profiles]
+
+
+def _key_path(config: Config, profile: str, flag: str) -> str:
+    """Where a flag or env variable of a rendered profile was written in the configuration."""
+    name = flag.split("=", 1)[0].lstrip("-")
+    chain: list[str] = []
+    current: str | None = profile
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = config.profile(current).extends
+    for pname in chain:
+        p = config.profile(pname)
+        i = config.profile_names.index(pname)
+        if name in p.args:
+            return f"profiles[{i}].args.{name}"
+        if name in p.env:
+            return f"profiles[{i}].env.{name}"
+    if name in config.engine.args:
+        return f"engine.args.{name}"
+    if name in config.engine.env:
+        return f"engine.env.{name}"
+    return f"profiles[{config.profile_names.index(profile)}]"
+
+
+def config_problems(config: Config, rc: RenderedCommand, version: str) -> list[ConfigProblem]:
+    """A rendered profile's error-level flag problems as configuration problems (exit 78): the
+    engine would refuse the command, so starting it is pointless."""
+    return [
+        ConfigProblem(_key_path(config, rc.profile, p.flag),
+                      f"profile {rc.profile!r} on sglang {version}: {p.message}", p.fix)
+        for p in rc.errors
+    ]
 
 
 # ---- printing -------------------------------------------------------------------------------

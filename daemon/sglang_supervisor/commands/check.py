@@ -1,0 +1,84 @@
+"""`sglang-supervisor check`: validate a configuration and every profile's rendered command.
+
+Exit 0 with a short summary, or 78 with a report that names each key path, problem and fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.profiles import (
+    REDACTED,
+    RenderedCommand,
+    config_problems,
+    detect_engine_version,
+    render,
+)
+
+
+def _problem_json(p: ConfigProblem) -> dict[str, str]:
+    return {"path": p.path, "problem": p.problem, "fix": p.fix}
+
+
+def _summary(path: str, config: Config, version: str, source: str, rendered: list[RenderedCommand]) -> str:
+    lines = [f"OK {path}: {len(config.profiles)} profiles, sglang {version} ({source})"]
+    for rc in rendered:
+        notes = []
+        if rc.migrations:
+            notes.append(f"{len(rc.migrations)} migration{'s' if len(rc.migrations) != 1 else ''}")
+        if rc.warnings:
+            notes.append(f"{len(rc.warnings)} warning{'s' if len(rc.warnings) != 1 else ''}")
+        lines.append(f"  {rc.profile}: {', '.join(notes) or 'renders as written'}")
+        lines += [f"    migrated: {m.old} -> {m.new or '(dropped)'}  [since {m.since}]"
+                  for m in rc.migrations]
+        lines += [f"    warning: {w.message}; {w.fix}" for w in rc.warnings]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    warnings: list[ConfigProblem] = []
+    rendered: list[RenderedCommand] = []
+    version = ""
+    try:
+        config = load_config(args.config, on_warning=warnings.append)
+        if args.sglang_version:
+            version, source = args.sglang_version, "given with --sglang-version"
+        else:
+            version = detect_engine_version(config)
+            source = "configured" if config.engine.version != "auto" else "asked the engine"
+        problems: list[ConfigProblem] = []
+        for profile in config.profile_names:
+            rc = render(config, profile, version, api_key=REDACTED)
+            rendered.append(rc)
+            problems += config_problems(config, rc, version)
+        if problems:
+            raise ConfigError(problems, args.config)
+    except ConfigError as exc:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        # Report under the file's name, whichever step (load, version, render) found the problem.
+        print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
+        if args.json:
+            print(json.dumps({"ok": False, "config": args.config, "sglang_version": version or None,
+                              "problems": [_problem_json(p) for p in exc.problems],
+                              "warnings": [_problem_json(w) for w in warnings]}))
+        return ExitCode.CONFIG
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({
+            "ok": True, "config": args.config, "sglang_version": version,
+            "profiles": [{"name": rc.profile,
+                          "migrations": rc.to_json()["migrations"],
+                          "warnings": [{"flag": w.flag, "message": w.message, "fix": w.fix}
+                                       for w in rc.warnings]}
+                         for rc in rendered],
+            "warnings": [_problem_json(w) for w in warnings],
+        }))
+    else:
+        print(_summary(args.config, config, version, source, rendered))
+    return ExitCode.OK

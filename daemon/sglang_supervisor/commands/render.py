@@ -1,0 +1,55 @@
+"""`sglang-supervisor render`: the SGLang command(s) a configuration would start, secrets redacted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+
+from sglang_supervisor.config import ConfigError, ConfigProblem, load_config
+from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.profiles import (
+    REDACTED,
+    RenderedCommand,
+    config_problems,
+    detect_engine_version,
+    render,
+    shell_format,
+)
+
+
+def _shell_block(rc: RenderedCommand, version: str, description: str) -> str:
+    head = f"profile {rc.profile} (sglang {version})" + (f": {description}" if description else "")
+    lines = [f"# {line}" for line in textwrap.wrap(head, width=98)]
+    lines += [f"# migrated: {m.old} -> {m.new or '(dropped)'}  [since {m.since}: {m.note}]"
+              for m in rc.migrations]
+    lines += [f"# {p.severity}: {p.message}; fix: {p.fix}" for p in rc.problems]
+    lines.append(shell_format(rc))
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        if args.profile is not None and args.profile not in config.profile_names:
+            raise ConfigError([ConfigProblem("--profile", f"no profile is named {args.profile!r}",
+                                             f"use one of: {', '.join(config.profile_names)}")], args.config)
+        version = args.sglang_version or detect_engine_version(config)
+        names = [args.profile] if args.profile is not None else config.profile_names
+        # Display only: the key is never read here, the --config file path is shown instead.
+        rendered = [render(config, name, version, api_key=REDACTED) for name in names]
+    except ConfigError as exc:
+        print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
+        return ExitCode.CONFIG
+    if args.format == "json":
+        docs = [{**rc.to_json(), "sglang_version": version} for rc in rendered]
+        print(json.dumps(docs[0] if args.profile is not None else docs, indent=2))
+    else:
+        print("\n\n".join(_shell_block(rc, version, config.profile(rc.profile).description)
+                          for rc in rendered))
+    errors = [p for rc in rendered for p in config_problems(config, rc, version)]
+    if errors:
+        print(ConfigError(errors, args.config).report(), file=sys.stderr)
+        return ExitCode.CONFIG
+    return ExitCode.OK

@@ -208,14 +208,20 @@ def test_ready_line_without_every_rank_capture_is_a_capture_failure() -> None:
     assert of(acts, Launch)[0].profile == "no-prefill-graph"
 
 
-def test_prefill_graph_disabled_drops_the_prefill_expectation() -> None:
+@pytest.mark.parametrize(("disabled_on", "ready"), [
+    (("TP0", "TP1"), True),
+    ((None,), True),  # the unprefixed main process speaks for every rank
+    (("TP0",), False),  # TP1 still owes its prefill graph
+])
+def test_prefill_graph_disabled_drops_the_prefill_expectation(disabled_on, ready) -> None:
     d = Driver()
     d.start()
-    d.feed(PrefillGraphDisabled(2, "TP0", "model not supported"))
+    d.feed(*[PrefillGraphDisabled(2, r, "model not supported") for r in disabled_on])
     d.feed(CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.5),
            CaptureEnded(3, "TP1", "target", "decode", 1.0, 0.5))
     acts = d.feed(ServerReady(5, None))
-    assert of(acts, RunReadyProbe)
+    assert bool(of(acts, RunReadyProbe)) is ready
+    assert bool(of(acts, StopEngine)) is not ready
 
 
 @pytest.mark.parametrize(

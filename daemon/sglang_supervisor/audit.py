@@ -62,10 +62,36 @@ def has_errors(findings: Iterable[Finding]) -> bool:
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Stable order: area, then severity (worst first), then profile; rule order kept within."""
-    return sorted(
-        findings, key=lambda f: (AREAS.index(f.area), SEVERITIES.index(f.severity), f.profile or "")
-    )
+    """Stable order: area; config-wide findings before per-profile ones, profiles in the order
+    they first appear (the config's ladder order); worst severity first; rule order kept within."""
+    items = list(findings)
+    first: dict[str | None, int] = {None: -1}
+    for f in items:
+        first.setdefault(f.profile, len(first))
+    return sorted(items, key=lambda f: (AREAS.index(f.area), first[f.profile], SEVERITIES.index(f.severity)))
+
+
+def collapse_common(findings: Iterable[Finding], profiles: Sequence[str]) -> list[Finding]:
+    """A per-profile finding that every profile has, once, as a config-wide finding."""
+    items = list(findings)
+    if len(profiles) < 2:
+        return items
+    wanted = set(profiles)
+    seen: dict[tuple[str, ...], set[str]] = {}
+    for f in items:
+        if f.profile is not None:
+            seen.setdefault((f.severity, f.area, f.what, f.why, f.fix, f.code), set()).add(f.profile)
+    common = {k for k, names in seen.items() if names >= wanted}
+    out: list[Finding] = []
+    emitted: set[tuple[str, ...]] = set()
+    for f in items:
+        key = (f.severity, f.area, f.what, f.why, f.fix, f.code)
+        if f.profile is None or key not in common:
+            out.append(f)
+        elif key not in emitted:
+            emitted.add(key)
+            out.append(Finding(f.severity, f.area, f"{f.what} (every profile)", f.why, f.fix, f.code, None))
+    return out
 
 
 def _v(version: str) -> tuple[int, ...]:
@@ -252,15 +278,21 @@ def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdic
     soft: list[str] = []
     if flags.on("--enable-lora") or flags.has("--lora-paths"):
         soft.append("LoRA: the capture step turns the prefill graph off for unsupported LoRA setups")
+    default = "breakable" if v >= (0, 5, 15) else "tc_piecewise"
+    notes: list[str] = []
+    if model is not None and model.sglang_multimodal and model.mm_breakable_graph_ok:
+        notes.append(
+            f"multimodal, but {model.architectures[0]} is on SGLang's breakable-prefill-graph allow-list"
+        )
     if explicit is not None:
+        same = " (the default anyway)" if explicit == default else ""
         return PhaseVerdict(
             "prefill",
             True,
             explicit,
-            (f"--cuda-graph-backend-prefill {explicit} (locked)",),
+            (f"--cuda-graph-backend-prefill {explicit} (locked){same}", *notes, *soft),
             certain=not soft,
         )
-    default = "breakable" if v >= (0, 5, 15) else "tc_piecewise"
     off: list[str] = []
     if (flags.int("--pp-size", 1) or 1) > 1:
         off.append("pipeline parallelism (--pp-size > 1): the prefill graph is opt-in with PP")
@@ -287,7 +319,7 @@ def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdic
             f"--cuda-graph-backend-prefill {default} forces it (locks the choice and skips "
             "these auto-disable rules; test it: SGLang disabled it for a reason)",
         )
-    return PhaseVerdict("prefill", True, default, tuple(soft), certain=not soft)
+    return PhaseVerdict("prefill", True, default, (*notes, *soft), certain=not soft)
 
 
 def _legacy_decode(flags: Flags) -> PhaseVerdict:

@@ -1,0 +1,549 @@
+"""`sglang-supervisor doctor`: host, engine, audit and live findings for a configuration.
+
+This is the imperative shell around `audit` (pure rules): it reads the config, the model's
+config.json, NVML, /dev/shm, rlimits, ports and directories, asks the engine's interpreter for its
+sglang version and runs the real SGLang argument parser there (`sglang_argcheck.py`, a short
+subprocess), then optionally reads a running server's /server_info and /metrics.
+
+Exit status: 0 when no finding is an error, 1 otherwise (warnings do not fail it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+from sglang_supervisor import audit, gpu, profiles
+from sglang_supervisor.audit import Finding, HostFacts, ProfileView
+from sglang_supervisor.config import Config, ConfigError, effective_overlay, load_config, parse_address
+from sglang_supervisor.engine.sglang import flag_catalog, known_versions
+from sglang_supervisor.engineinfo import detect_engine_version, engine_interpreter, is_simulator
+from sglang_supervisor.modelinfo import ModelInfo, ModelInfoError, read_model_dir
+
+ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "sglang_argcheck.py"
+ARGCHECK_TIMEOUT_S = 120.0
+VERSION_TIMEOUT_S = 30.0
+HTTP_TIMEOUT_S = 10.0
+_MARK = {"error": "ERROR", "warning": "WARN ", "info": "info ", "ok": "ok   "}
+_AREA_TITLE = {"host": "Host", "engine": "Engine", "audit": "Audit", "live": "Live server"}
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    host: dict[str, Any] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    live: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "findings": [f.to_dict() for f in audit.sort_findings(self.findings)],
+            "host": self.host,
+            "engine": self.engine,
+        }
+        if self.live is not None:
+            out["live"] = self.live
+        out["errors"] = sum(1 for f in self.findings if f.severity == "error")
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Engine: version and the real parser
+# --------------------------------------------------------------------------------------------
+
+
+def run_argcheck(
+    interpreter: str,
+    argvs: Mapping[str, Sequence[str]],
+    *,
+    list_options: bool = False,
+    timeout_s: float = ARGCHECK_TIMEOUT_S,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run `sglang_argcheck.py` with `interpreter`: (its JSON answer, None) or (None, why not)."""
+    request = json.dumps({"argvs": {k: list(v) for k, v in argvs.items()}, "list_options": list_options})
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "PYTHONPATH")}
+    try:
+        proc = subprocess.run(
+            [interpreter, str(ARGCHECK_SCRIPT)],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=env,
+        )
+    except FileNotFoundError:
+        return None, f"the engine interpreter {interpreter} does not exist"
+    except subprocess.TimeoutExpired:
+        return None, f"{interpreter} did not finish the parser check within {timeout_s:g} s"
+    except OSError as e:
+        return None, f"cannot run {interpreter}: {e.strerror}"
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return None, f"the parser check printed no answer (rc {proc.returncode}): {tail}"
+    if not answer.get("ok"):
+        return None, str(answer.get("error") or "sglang is not importable there")
+    return answer, None
+
+
+# --------------------------------------------------------------------------------------------
+# Host facts
+# --------------------------------------------------------------------------------------------
+
+
+def port_busy(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def dir_status(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        return "missing"
+    if not p.is_dir():
+        return "unwritable: not a directory"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"unwritable: permission denied for uid {os.getuid()}"
+    return "ok"
+
+
+def shm_size(path: str = "/dev/shm") -> int | None:  # noqa: S108 (reading its size)
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_frsize * st.f_blocks
+
+
+def memlock_soft() -> int | None:
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    except (OSError, ValueError):
+        return None
+    return -1 if soft == resource.RLIM_INFINITY else soft
+
+
+def _visible_gpus(gpus: list[gpu.GpuInfo], env: Mapping[str, str]) -> list[gpu.GpuInfo]:
+    """Honour CUDA_VISIBLE_DEVICES (indices or UUIDs) the way CUDA numbers the GPUs."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return gpus
+    out: list[gpu.GpuInfo] = []
+    for token in (t.strip() for t in visible.split(",") if t.strip()):
+        match = [g for g in gpus if str(g.index) == token or g.uuid.startswith(token)]
+        out.extend(match[:1])
+    return out
+
+
+def gather_host(
+    config: Config, extra_ports: Mapping[int, str], tp_size: int, env: Mapping[str, str]
+) -> tuple[HostFacts, dict[str, Any]]:
+    nvml = gpu.default()
+    snap = nvml.snapshot() if nvml.available() else None
+    gpus = _visible_gpus(snap, env) if snap is not None else []
+    link: gpu.P2PLink | None = None
+    if len(gpus) >= 2 and tp_size >= 2:
+        order: list[gpu.P2PLink] = ["none", "unknown", "pcie-p2p", "nvlink"]
+        ranks = [order.index(nvml.p2p_link(gpus[0].index, g.index)) for g in gpus[1:tp_size]]
+        link = order[min(ranks)]  # the slowest link bounds the allreduce
+    foreign = [
+        f"GPU{p.gpu_index} pid {p.pid} ({p.command or '?'})"
+        + (f" {p.used_bytes / 1024**3:.1f} GiB" if p.used_bytes else "")
+        for p in gpu.find_foreign(gpus, set())
+    ]
+    ports = {config.engine.port: "engine HTTP"}
+    if config.metrics.enabled:
+        ports.setdefault(parse_address(config.metrics.address)[1], "supervisor metrics")  # validated
+    ports.update({p: w for p, w in extra_ports.items() if p not in ports})
+    ports = {p: w for p, w in ports.items() if p}
+    busy = {p: w for p, w in ports.items() if port_busy(config.engine.host, p)}
+    log_dir = str(Path(config.engine.log_file).parent)
+    dirs: dict[str, tuple[str, str]] = {
+        config.state_dir: ("state directory", dir_status(config.state_dir)),
+        log_dir: ("engine log directory", dir_status(log_dir)),
+    }
+    if config.runtime_dir:
+        dirs[config.runtime_dir] = ("runtime directory", dir_status(config.runtime_dir))
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or str(Path.home()), ".cache")
+    dirs.setdefault(cache, ("kernel/JIT cache directory", dir_status(cache)))
+    model: ModelInfo | None = None
+    model_error: str | None = None
+    try:
+        model = read_model_dir(config.engine.model_path)
+    except ModelInfoError as e:
+        model_error = str(e)
+    facts = HostFacts(
+        nvml=snap is not None,
+        gpus=tuple(gpus),
+        foreign=tuple(foreign),
+        tp_link=link,
+        shm_bytes=shm_size(),
+        memlock_soft=memlock_soft(),
+        ports_busy=busy,
+        ports_checked=ports,
+        dirs=dirs,
+        model=model,
+        model_error=model_error,
+    )
+    summary = {
+        "nvml": facts.nvml,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "compute_capability": g.compute_capability,
+                "driver": g.driver,
+                "memory_total_bytes": g.memory_total_bytes,
+                "memory_used_bytes": g.memory_used_bytes,
+            }
+            for g in gpus
+        ],
+        "foreign_processes": foreign,
+        "tp_link": link,
+        "shm_bytes": facts.shm_bytes,
+        "memlock_soft": facts.memlock_soft,
+        "ports": {str(p): ("busy" if p in busy else "free") for p in sorted(ports)},
+        "dirs": {path: status for path, (_, status) in sorted(dirs.items())},
+        "model": model.to_dict() if model else None,
+        "model_error": model_error,
+    }
+    return facts, summary
+
+
+# --------------------------------------------------------------------------------------------
+# Config -> profile views
+# --------------------------------------------------------------------------------------------
+
+
+def _written_args(config: Config, name: str) -> list[str]:
+    args, _ = effective_overlay(config, name)
+    engine = config.engine
+    out = ["--model-path", engine.model_path, "--host", engine.host, "--port", str(engine.port)]
+    for flag, value in args.items():
+        out += profiles.flag_tokens(flag, value)
+    return out
+
+
+def _engine_findings(
+    config: Config,
+    version: str,
+    *,
+    interpreter: str,
+    real_parser: bool,
+    report: Report,
+    runner: Callable[..., tuple[dict[str, Any] | None, str | None]],
+    model: ModelInfo | None,
+    host: HostFacts,
+) -> None:
+    base_len = len(profiles.base_command(config, sys.executable))
+    views: list[ProfileView] = []
+    rendered_json: list[dict[str, object]] = []
+    catalog = flag_catalog(version)
+    for p in config.profiles:
+        rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED)
+        _, written_env = effective_overlay(config, p.name)
+        sglang_args = tuple(rc.argv[base_len:])
+        views.append(ProfileView(p.name, sglang_args, written_env, tuple(_written_args(config, p.name))))
+        rendered_json.append(rc.to_json())
+        report.findings += audit.migration_findings(p.name, version, rc.migrations)
+        report.findings += audit.catalog_findings(p.name, version, rc.problems)
+    parser_state = "not run"
+    if real_parser:
+        answer, why_not = runner(interpreter, {v.name: list(v.args) for v in views})
+        if answer is None:
+            parser_state = f"unavailable: {why_not}"
+            report.findings.append(
+                Finding(
+                    "warning",
+                    "engine",
+                    "the real SGLang argument parser could not be run",
+                    f"{why_not}; flags were checked against the supervisor's catalogue only",
+                    f"install sglang into {interpreter}'s venv, or point engine.interpreter at it",
+                    "parser.unavailable",
+                )
+            )
+        else:
+            parser_state = f"sglang {answer.get('version')} via {interpreter}"
+            results = answer.get("results") or {}
+            for v in views:
+                report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
+    tp = max((audit.parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
+    for v in views:
+        report.findings += audit.audit_profile(
+            v, version, model, gpus=host.gpus, link=host.tp_link, catalog=catalog
+        )
+    report.engine.update({"parser": parser_state, "profiles": rendered_json, "tp_size": tp})
+
+
+def _encoder_ports(config: Config, version: str) -> dict[int, str]:
+    catalog = flag_catalog(version)
+    ports: dict[int, str] = {}
+    for p in config.profiles:
+        flags = audit.parse_flags(_written_args(config, p.name), catalog)
+        if flags.on("--language-only"):
+            port = flags.int("--encoder-bootstrap-port", audit.ENCODER_BOOTSTRAP_PORT_DEFAULT)
+            if port:
+                ports[port] = f"encoder bootstrap (--language-only, profile {p.name})"
+    return ports
+
+
+def config_report(
+    config: Config,
+    report: Report,
+    *,
+    real_parser: bool = True,
+    runner: Callable[..., tuple[dict[str, Any] | None, str | None]] = run_argcheck,
+) -> None:
+    interpreter = engine_interpreter(config)
+    version_source = "config" if config.engine.version != "auto" else "detected"
+    try:
+        version = detect_engine_version(config, VERSION_TIMEOUT_S)
+    except ConfigError as e:
+        version = known_versions()[-1]
+        version_source = "assumed"
+        report.findings.append(
+            Finding(
+                "warning",
+                "engine",
+                f"the installed sglang version is unknown; auditing for {version}",
+                "; ".join(p.problem for p in e.problems),
+                "; ".join(p.fix for p in e.problems),
+                "engine.version",
+            )
+        )
+    else:
+        report.findings.append(
+            Finding(
+                "info",
+                "engine",
+                f"sglang {version} ({version_source})",
+                f"interpreter {interpreter}",
+                "",
+                "engine.version",
+            )
+        )
+    report.engine.update({"interpreter": interpreter, "version": version, "version_source": version_source})
+    overlay_tp = max(
+        int(str(effective_overlay(config, p.name)[0].get("tp-size") or 1)) for p in config.profiles
+    )
+    env = {**os.environ, **config.engine.env}
+    host, host_summary = gather_host(config, _encoder_ports(config, version), overlay_tp, env)
+    report.host.update(host_summary)
+    mem = config.engine.args.get("mem-fraction-static")
+    mem_fraction = float(mem) if isinstance(mem, int | float) and not isinstance(mem, bool) else None
+    report.findings += audit.host_findings(host, overlay_tp, mem_fraction)
+    _engine_findings(
+        config,
+        version,
+        interpreter=interpreter,
+        real_parser=real_parser and not is_simulator(config),
+        report=report,
+        runner=runner,
+        model=host.model,
+        host=host,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Live
+# --------------------------------------------------------------------------------------------
+
+
+def _decode_none(metrics_text: str) -> float | None:
+    total: float | None = None
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "sglang:cuda_graph_passes_total" and sample.labels.get("mode") == "decode_none":
+                total = (total or 0.0) + sample.value
+    return total
+
+
+def live_report(url: str, report: Report, api_key: str | None, client: httpx.Client | None = None) -> None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    own = client is None
+    http = client or httpx.Client(timeout=HTTP_TIMEOUT_S)
+    try:
+        info: Any = None
+        error = "no answer"
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                resp = http.get(url.rstrip("/") + path, headers=headers)
+            except httpx.HTTPError as e:
+                error = f"{type(e).__name__}: {e}"
+                break
+            if resp.status_code == 404:
+                error = f"{path}: 404"
+                continue
+            if resp.status_code != 200:
+                error = f"{path}: HTTP {resp.status_code}" + (
+                    " (set the API key)" if resp.status_code == 401 else ""
+                )
+                break
+            try:
+                info = resp.json()
+            except ValueError:
+                error = f"{path}: not JSON"
+            break
+        if not isinstance(info, dict):
+            report.findings.append(
+                Finding(
+                    "error",
+                    "live",
+                    f"cannot read {url}/server_info",
+                    error,
+                    "check --url (and that the engine is up)",
+                    "live.unreachable",
+                )
+            )
+            report.live = {"url": url, "error": error}
+            return
+        decode_none: float | None = None
+        try:
+            m = http.get(url.rstrip("/") + "/metrics", headers=headers)
+            if m.status_code == 200:
+                decode_none = _decode_none(m.text)
+        except (httpx.HTTPError, ValueError):
+            decode_none = None
+        report.findings += audit.live_findings(info, decode_none)
+        redacted = audit.redact_server_info(info)
+        report.live = {
+            "url": url,
+            "summary": audit.redact_server_info(audit.live_summary(info)),
+            "resolved_args": {k: v for k, v in redacted.items() if k != "internal_states"},
+            "decode_none_passes": decode_none,
+        }
+    finally:
+        if own:
+            http.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def format_human(report: Report) -> str:
+    lines: list[str] = []
+    findings = audit.sort_findings(report.findings)
+    for area in audit.AREAS:
+        group = [f for f in findings if f.area == area]
+        if not group:
+            continue
+        lines.append(f"== {_AREA_TITLE[area]}")
+        profile: str | None = None
+        for f in group:
+            if f.profile != profile and f.profile is not None:
+                lines.append(f"  -- profile {f.profile}")
+            profile = f.profile
+            indent = "    " if f.profile else "  "
+            lines.append(f"{indent}{_MARK[f.severity]} {f.what}")
+            if f.why:
+                lines.append(f"{indent}      why: {f.why}")
+            if f.fix:
+                lines.append(f"{indent}      fix: {f.fix}")
+        lines.append("")
+    counts = {s: sum(1 for f in findings if f.severity == s) for s in audit.SEVERITIES}
+    lines.append(
+        f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s), "
+        f"{counts['ok']} ok"
+    )
+    return "\n".join(lines)
+
+
+def _quiet_logging() -> None:
+    """NVML and config warnings are findings here; keep stdout for the report."""
+    structlog.configure(
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(40),
+    )
+
+
+def build_report(args: argparse.Namespace) -> Report:
+    report = Report()
+    config: Config | None = None
+    config_path = getattr(args, "config", None)
+    if config_path and (Path(config_path).exists() or not args.url):
+        try:
+            config = load_config(
+                config_path,
+                on_warning=lambda p: report.findings.append(
+                    Finding(
+                        "warning",
+                        "engine",
+                        f"{p.path}: {p.problem}",
+                        "configuration file check",
+                        p.fix,
+                        "config.warning",
+                    )
+                ),
+            )
+        except ConfigError as e:
+            for p in e.problems:
+                report.findings.append(
+                    Finding(
+                        "error",
+                        "engine",
+                        f"{p.path or config_path}: {p.problem}",
+                        f"configuration {config_path}",
+                        p.fix,
+                        "config.invalid",
+                    )
+                )
+    if config is not None:
+        report.engine["config"] = str(config_path)
+        try:
+            config_report(config, report)
+            report.findings = audit.collapse_common(report.findings, config.profile_names)
+        except ConfigError as e:  # e.g. a profile whose `extends` chain cannot render
+            for p in e.problems:
+                report.findings.append(
+                    Finding("error", "engine", f"{p.path}: {p.problem}", "rendering", p.fix, "config.render")
+                )
+    if args.url:
+        api_key: str | None = None
+        if config is not None:
+            try:
+                from sglang_supervisor.secrets import read_api_key  # noqa: PLC0415 (only for --url)
+
+                api_key = read_api_key(config.engine)
+            except ConfigError:
+                api_key = os.environ.get("SGLANG_API_KEY")
+        else:
+            api_key = os.environ.get("SGLANG_API_KEY")
+        live_report(args.url, report, api_key)
+    return report
+
+
+def main(args: argparse.Namespace) -> int:
+    _quiet_logging()
+    report = build_report(args)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=False, default=str))
+    else:
+        print(format_human(report))
+    return 1 if audit.has_errors(report.findings) else 0

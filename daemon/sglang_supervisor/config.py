@@ -473,9 +473,12 @@ def _line_index(text: str) -> dict[tuple[str, ...], int]:
     return index
 
 
-def _yaml_error(exc: yaml.YAMLError, source: str) -> ConfigProblem:
+def _yaml_error(exc: yaml.YAMLError, source: str, text: str) -> ConfigProblem:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    if isinstance(exc, yaml.reader.ReaderError):  # a bad character: only a stream offset is known
+        before = text[: exc.position]
+        where = f"{source}:{before.count(chr(10)) + 1}:{len(before) - before.rfind(chr(10))}"
     what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     context = getattr(exc, "context", None)
     text = f"{context}, {what}" if context else str(what)
@@ -488,11 +491,12 @@ def _yaml_error(exc: yaml.YAMLError, source: str) -> ConfigProblem:
 
 
 def _read_yaml(text: str, source: str) -> tuple[object, list[ConfigProblem]]:
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)  # the reader already rejects control characters here
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
-        raise ConfigError([_yaml_error(exc, source)], source) from None
+        raise ConfigError([_yaml_error(exc, source, text)], source) from None
     except RecursionError:
         raise ConfigError(
             [ConfigProblem("", "the YAML is nested too deeply (or an alias refers to itself)",
@@ -500,7 +504,8 @@ def _read_yaml(text: str, source: str) -> tuple[object, list[ConfigProblem]]:
             source,
         ) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     problems = [
         ConfigProblem(
             path=key,

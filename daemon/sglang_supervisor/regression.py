@@ -245,6 +245,8 @@ def evaluate(
         return result(NoAction("collecting the baseline"))
 
     if not is_regressed(samples, baseline, settings.delta, settings.window):
+        if len(samples) < settings.window:
+            return result(NoAction("not enough probes since the start"))
         if state.stage == "restarted_same":
             return result(NoAction("the restart restored throughput"), Remediation())
         if (state.stage == "settled" and profile != primary and state.settled_at is not None

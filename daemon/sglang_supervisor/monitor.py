@@ -1,0 +1,361 @@
+"""Throughput monitor: the loop that runs after READY.
+
+It probes only when the engine is idle (busy is not slow), reads passive throughput otherwise,
+keeps the per-fingerprint baseline through the state store, asks `regression.evaluate` what to
+do and hands acting decisions to the supervisor through `on_decision`. The supervisor acts
+(restarts, switches profiles) and keeps `monitor.remediation` across engine restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import httpx
+import structlog
+
+from sglang_supervisor import gpu
+from sglang_supervisor.events import DecodeStats, EngineEvent
+from sglang_supervisor.metrics import SupervisorMetrics
+from sglang_supervisor.probe import (
+    EngineMetrics,
+    ProbeResult,
+    ProbeShape,
+    engine_metrics,
+    make_shape,
+    parse_get_load,
+    probe_once,
+)
+from sglang_supervisor.regression import (
+    Decision,
+    Evaluation,
+    Explained,
+    KeepFaster,
+    NoAction,
+    Observations,
+    PolicySettings,
+    Remediation,
+    Reprobe,
+    RestartSame,
+    RetryPrimary,
+    TryNextProfile,
+    decision_name,
+    evaluate,
+    updated_baseline,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class ProbeSettingsLike(Protocol):
+    """The `probe:` section of the configuration (config.ProbeSettings satisfies it)."""
+
+    enabled: bool
+    interval_s: float
+    input_tokens: int
+    max_new_tokens: int
+    timeout_s: float
+    baseline_runs: int
+    regression_delta: float
+    regression_window: int
+    cooldown_s: float
+    act_on_regression: bool
+
+
+class _HasValue(Protocol):
+    @property
+    def value(self) -> float: ...
+
+
+class BaselineStore(Protocol):
+    """What the monitor needs from the supervisor's state file (state.StateStore satisfies it)."""
+
+    def baseline(self, key: str) -> _HasValue | None: ...
+
+    def set_baseline(self, key: str, value: float, now: float) -> object: ...
+
+
+OnDecision = Callable[[Decision, str], Awaitable[None] | None]
+
+# Decisions after which this engine run is over (the supervisor restarts or switches).
+_TERMINAL = (RestartSame, TryNextProfile, RetryPrimary)
+
+
+def describe(decision: Decision) -> str:
+    if isinstance(decision, Explained):
+        return "; ".join(e.detail for e in decision.reasons)
+    if isinstance(decision, KeepFaster):
+        return f"keep profile {decision.profile}: it probed faster"
+    if isinstance(decision, NoAction):
+        return decision.why
+    return {
+        RestartSame: "unexplained throughput regression: restarting the same profile once",
+        TryNextProfile: "throughput still regressed after a restart: trying the next profile",
+        RetryPrimary: "cool-down over: trying the primary profile again",
+        Reprobe: "possible regression: probing again to confirm",
+    }[type(decision)]
+
+
+class ThroughputMonitor:
+    def __init__(
+        self,
+        base_url: str,
+        settings: ProbeSettingsLike,
+        metrics: SupervisorMetrics | None,
+        store: BaselineStore,
+        on_decision: OnDecision,
+        *,
+        baseline_key: str,
+        profile: str,
+        primary: str,
+        remediation: Remediation | None = None,
+        api_key: str | None = None,
+        our_pids: Callable[[], set[int]] | None = None,
+        gpu_indices: set[int] | None = None,
+        gpus_per_engine: int = 1,
+        nvml: gpu.Nvml | None = None,
+        clock: Callable[[], float] = time.time,
+        client: httpx.AsyncClient | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.settings = settings
+        self.metrics = metrics
+        self.store = store
+        self.on_decision = on_decision
+        self.baseline_key = baseline_key
+        self.profile = profile
+        self.primary = primary
+        self.remediation = remediation or Remediation()
+        self.shape: ProbeShape = make_shape(settings.input_tokens, settings.max_new_tokens)
+        self._api_key = api_key
+        self._our_pids = our_pids
+        self._gpu_indices = gpu_indices
+        self._gpus_per_engine = max(1, gpus_per_engine)
+        self._nvml = nvml or gpu.default()
+        self._clock = clock
+        self._client = client
+        self._own_client = client is None
+        stored = store.baseline(baseline_key)
+        self.baseline: float | None = stored.value if stored is not None else None
+        self.samples: list[float] = []
+        self.last_probe: ProbeResult | None = None
+        self.last_evaluation: Evaluation | None = None
+        self.consecutive_failures = 0
+        self.probes_skipped_busy = 0
+        self.decode_cuda_graph: bool | None = None
+        self._eager_passes: float | None = None
+        self._gen_tokens: tuple[float, float] | None = None  # (monotonic t, generation_tokens_total)
+        self._last_explained: tuple[str, ...] = ()
+        self._stopped = asyncio.Event()
+        if metrics is not None:
+            metrics.set_baseline(self.baseline)
+
+    # --- inputs ---------------------------------------------------------------------------------
+
+    def feed(self, event: EngineEvent) -> None:
+        """Engine log events: `Decode batch` lines give passive tok/s and the CUDA-graph flag."""
+        if not isinstance(event, DecodeStats):
+            return
+        if event.cuda_graph is not None:
+            self.decode_cuda_graph = event.cuda_graph
+        if event.gen_throughput is not None and (event.running_req or 0) > 0 and self.metrics is not None:
+            self.metrics.set_passive_tps(event.gen_throughput)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def status(self) -> dict[str, Any]:
+        ev = self.last_evaluation
+        return {
+            "profile": self.profile,
+            "shape": self.shape.name,
+            "baseline_tps": self.baseline,
+            "samples": len(self.samples),
+            "median_tps": ev.median_tps if ev else None,
+            "ratio": ev.ratio if ev else None,
+            "last_probe": self.last_probe.to_dict() if self.last_probe else None,
+            "remediation": self.remediation.stage,
+            "probes_skipped_busy": self.probes_skipped_busy,
+        }
+
+    # --- probing --------------------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            t = self.settings.timeout_s
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 10.0)))
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._own_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _scrape(self) -> EngineMetrics | None:
+        return await engine_metrics(self._http(), self.base_url, self._api_key)
+
+    async def _load(self) -> tuple[int, int] | None:
+        m = await self._scrape()
+        if m is not None:
+            self._note_counters(m)
+            if m.running is not None and m.queued is not None:
+                return m.running, m.queued
+        try:
+            resp = await self._http().get(f"{self.base_url}/get_load", timeout=5.0,
+                                          headers={"Authorization": f"Bearer {self._api_key}"}
+                                          if self._api_key else {})
+            load = parse_get_load(resp.json()) if resp.status_code == 200 else None
+        except (httpx.HTTPError, OSError, ValueError):
+            load = None
+        return (load.running, load.queued) if load is not None else None
+
+    def _note_counters(self, m: EngineMetrics) -> None:
+        now = time.monotonic()
+        if m.generation_tokens_total is not None:
+            prev = self._gen_tokens
+            self._gen_tokens = (now, m.generation_tokens_total)
+            if prev is not None and now > prev[0] and (m.running or 0) > 0 and self.metrics is not None:
+                rate = (m.generation_tokens_total - prev[1]) / (now - prev[0])
+                self.metrics.set_passive_tps(max(0.0, rate))
+
+    async def _probe(self) -> ProbeResult:
+        result = await probe_once(self._http(), self.base_url, self.shape, self._api_key,
+                                  self.settings.timeout_s)
+        self.last_probe = result
+        if self.metrics is not None:
+            self.metrics.observe_probe(result)
+            spent = result.completion_tokens + (result.prompt_tokens or 0)
+            self.metrics.probe_cost(spent, (result.e2e_s or 0.0) * self._gpus_per_engine)
+        if result.ok and result.decode_tps is not None:
+            self.consecutive_failures = 0
+            self.samples.append(result.decode_tps)
+            self._update_baseline()
+        else:
+            self.consecutive_failures += 1
+            log.warning("probe_failed", error=result.error, consecutive=self.consecutive_failures)
+        return result
+
+    def _update_baseline(self) -> None:
+        new = updated_baseline(self.baseline, self.samples, self.settings.baseline_runs)
+        if new != self.baseline and new is not None and len(self.samples) == self.settings.baseline_runs:
+            self.baseline = new
+            self.store.set_baseline(self.baseline_key, new, self._clock())
+            log.info("probe_baseline", tps=round(new, 2), key=self.baseline_key)
+            if self.metrics is not None:
+                self.metrics.set_baseline(new)
+
+    async def first_probe(self) -> ProbeResult:
+        """The probe that gates READY. A short generation first warms JIT paths; it is not counted."""
+        warm = make_shape(min(self.shape.input_tokens, 16), 2)
+        await probe_once(self._http(), self.base_url, warm, self._api_key, self.settings.timeout_s)
+        return await self._probe()
+
+    async def _observe_during(self, probe: Awaitable[ProbeResult]) -> tuple[ProbeResult, Observations]:
+        """Re-probe while sampling load and GPU state midway: throttling shows while the GPU works."""
+        delay = (self.last_probe.e2e_s or 0.1) / 2 if self.last_probe else 0.05
+        task = asyncio.ensure_future(probe)
+        await asyncio.sleep(delay)
+        load = await self._load()
+        probe_in_flight = not task.done()  # then the engine counts the probe itself as running
+        gpus = self._nvml.snapshot()
+        result = await task
+        foreign: list[gpu.ForeignProcess] = []
+        if gpus is not None and self._our_pids is not None:
+            foreign = gpu.find_foreign(gpus, self._our_pids(), self._gpu_indices)
+        m = await self._scrape()
+        growth = None
+        if m is not None and m.decode_eager_passes is not None:
+            growth = m.decode_eager_passes - (self._eager_passes or 0.0)
+            self._eager_passes = m.decode_eager_passes
+        running = queued = None
+        if load is not None:
+            running, queued = max(0, load[0] - (1 if probe_in_flight else 0)), load[1]
+        obs = Observations(
+            gpus=gpus,
+            our_gpu_indices=frozenset(self._gpu_indices) if self._gpu_indices is not None else None,
+            foreign=foreign,
+            decode_cuda_graph=self.decode_cuda_graph,
+            eager_passes_growth=growth,
+            running=running,
+            queued=queued,
+        )
+        return result, obs
+
+    def _evaluate(self, confirmed: bool, obs: Observations) -> Evaluation:
+        s = self.settings
+        return evaluate(
+            profile=self.profile, primary=self.primary, samples=self.samples, baseline=self.baseline,
+            confirmed=confirmed, observations=obs, state=self.remediation,
+            settings=PolicySettings(s.regression_delta, s.regression_window, s.baseline_runs, s.cooldown_s,
+                                    s.act_on_regression),
+            now=self._clock(),
+        )
+
+    async def tick(self) -> Decision | None:
+        """One round: skip when busy, else probe, confirm, explain, decide. Returns the decision
+        (None when no probe ran or it failed)."""
+        load = await self._load()
+        if load is not None and (load[0] > 0 or load[1] > 0):
+            self.probes_skipped_busy += 1
+            log.debug("probe_skipped_busy", running=load[0], queued=load[1])
+            return None
+        if self._eager_passes is None:
+            m = await self._scrape()
+            self._eager_passes = m.decode_eager_passes if m is not None else None
+        result = await self._probe()
+        if not result.ok:
+            return None
+        ev = self._evaluate(False, Observations())
+        if isinstance(ev.decision, Reprobe):
+            log.info("probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
+            result, obs = await self._observe_during(self._probe())
+            if not result.ok:
+                return None
+            ev = self._evaluate(True, obs)
+        self.last_evaluation = ev
+        self.remediation = ev.state
+        await self._deliver(ev)
+        return ev.decision
+
+    async def _deliver(self, ev: Evaluation) -> None:
+        d = ev.decision
+        reasons = tuple(e.reason.value for e in ev.explanations)
+        if self.metrics is not None and not isinstance(d, NoAction):
+            self.metrics.decision(decision_name(d), reasons)
+        elif self.metrics is not None:
+            self.metrics.set_explanations(())
+        if isinstance(d, NoAction):
+            self._last_explained = ()
+            return
+        if isinstance(d, Explained) and reasons == self._last_explained:
+            return  # the same explanation again: already reported
+        self._last_explained = reasons
+        text = describe(d)
+        log.warning("throughput_decision", decision=decision_name(d), detail=text, median_tps=ev.median_tps,
+                    baseline_tps=self.baseline, ratio=ev.ratio)
+        outcome = self.on_decision(d, text)
+        if inspect.isawaitable(outcome):
+            await outcome
+        if isinstance(d, _TERMINAL) or (isinstance(d, KeepFaster) and d.profile != self.profile):
+            self._stopped.set()
+
+    async def run(self) -> None:
+        """Probe every `interval_s` (back-to-back until the baseline has its probes) until stopped or
+        until a decision ends this engine run. Never raises for engine trouble."""
+        if not self.settings.enabled:
+            return
+        try:
+            while not self._stopped.is_set():
+                await self.tick()
+                if self._stopped.is_set():
+                    break
+                collecting = len(self.samples) < self.settings.baseline_runs
+                wait = min(self.settings.interval_s, 1.0) if collecting else self.settings.interval_s
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), wait)
+        finally:
+            await self.aclose()

@@ -1,0 +1,182 @@
+"""ThroughputMonitor orchestration with scripted probes and engine metrics (no clocks, no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from sglang_supervisor import monitor as monitor_mod
+from sglang_supervisor.events import DecodeStats
+from sglang_supervisor.gpu import Nvml
+from sglang_supervisor.metrics import SupervisorMetrics
+from sglang_supervisor.monitor import ThroughputMonitor
+from sglang_supervisor.probe import EngineMetrics, ProbeResult
+from sglang_supervisor.regression import Explained, Reason, Remediation, RestartSame, TryNextProfile
+
+
+@dataclass
+class Settings:
+    enabled: bool = True
+    interval_s: float = 0.0
+    input_tokens: int = 16
+    max_new_tokens: int = 8
+    timeout_s: float = 5.0
+    baseline_runs: int = 3
+    regression_delta: float = 0.15
+    regression_window: int = 3
+    cooldown_s: float = 60.0
+    act_on_regression: bool = True
+
+
+@dataclass
+class Stored:
+    value: float
+
+
+class Store:
+    def __init__(self, initial: dict[str, float] | None = None):
+        self.values = dict(initial or {})
+        self.writes: list[tuple[str, float]] = []
+
+    def baseline(self, key: str) -> Stored | None:
+        return Stored(self.values[key]) if key in self.values else None
+
+    def set_baseline(self, key: str, value: float, now: float) -> bool:
+        self.values[key] = value
+        self.writes.append((key, value))
+        return True
+
+
+class Engine:
+    """Scripted engine: each probe returns the next rate; metrics report the given load."""
+
+    def __init__(self, rates: list[float], running: int = 0, eager_passes: Iterator[float] | None = None):
+        self.rates = list(rates)
+        self.running = running
+        self.eager = eager_passes
+        self.probes = 0
+
+    async def probe_once(self, client: Any, base_url: str, shape: Any, api_key: Any,
+                         timeout: float) -> ProbeResult:
+        if shape.max_new_tokens == 2:  # the warm-up before the first probe
+            return ProbeResult(ok=True, error=None, decode_tps=1.0, completion_tokens=2)
+        self.probes += 1
+        rate = self.rates.pop(0)
+        return ProbeResult(ok=True, error=None, decode_tps=rate, ttft_s=0.01, e2e_s=0.1,
+                           completion_tokens=shape.max_new_tokens, prompt_tokens=shape.input_tokens,
+                           shape=shape.name)
+
+    async def engine_metrics(self, client: Any, base_url: str, api_key: Any) -> EngineMetrics:
+        eager = next(self.eager) if self.eager is not None else 0.0
+        return EngineMetrics(self.running, 0, 1000.0, 100.0, eager, None)
+
+
+def make(monkeypatch: pytest.MonkeyPatch, engine: Engine, store: Store | None = None,
+         remediation: Remediation | None = None) -> tuple[ThroughputMonitor, list[Any], SupervisorMetrics]:
+    monkeypatch.setattr(monitor_mod, "probe_once", engine.probe_once)
+    monkeypatch.setattr(monitor_mod, "engine_metrics", engine.engine_metrics)
+    decisions: list[Any] = []
+    metrics = SupervisorMetrics(with_gpu=False)
+    mon = ThroughputMonitor(
+        "http://engine", Settings(), metrics, store or Store(), lambda d, text: decisions.append((d, text)),
+        baseline_key="fp/in16-out8-c1", profile="fast", primary="fast", remediation=remediation,
+        nvml=Nvml(loader=_no_nvml),
+    )
+    return mon, decisions, metrics
+
+
+def _no_nvml(name: str) -> Any:
+    raise ImportError("no NVML in this test")
+
+
+def ticks(mon: ThroughputMonitor, n: int) -> list[Any]:
+    async def go() -> list[Any]:
+        out = [await mon.tick() for _ in range(n)]
+        await mon.aclose()
+        return out
+
+    return asyncio.run(go())
+
+
+def test_baseline_is_collected_and_persisted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store()
+    mon, decisions, metrics = make(monkeypatch, Engine([100.0, 110.0, 90.0, 100.0]), store)
+    ticks(mon, 4)
+    assert store.writes == [("fp/in16-out8-c1", 100.0)]
+    assert mon.baseline == 100.0
+    assert decisions == []
+    assert metrics.baseline._value.get() == 100.0
+
+
+def test_first_probe_discards_the_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([100.0])
+    mon, _, _ = make(monkeypatch, engine)
+    r = asyncio.run(mon.first_probe())
+    assert r.decode_tps == 100.0 and mon.samples == [100.0] and engine.probes == 1
+
+
+def test_busy_engine_is_never_probed_nor_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([], running=4)
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    assert ticks(mon, 5) == [None] * 5
+    assert engine.probes == 0 and mon.probes_skipped_busy == 5
+    assert decisions == []
+
+
+def test_unexplained_regression_is_confirmed_then_restarts_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stored baseline 100; this start: 60, 58 (median of the last 3 not yet available), 59 → suspect,
+    # re-probe 57 confirms.
+    engine = Engine([60.0, 58.0, 59.0, 57.0])
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    out = ticks(mon, 3)
+    assert engine.probes == 4  # the third tick re-probed
+    assert isinstance(out[2], RestartSame)
+    assert decisions and isinstance(decisions[-1][0], RestartSame)
+    assert "restarting the same profile" in decisions[-1][1]
+    assert mon.remediation.stage == "restarted_same"
+    assert mon._stopped.is_set()  # this engine run is over; the supervisor restarts it
+    assert mon.baseline == 100.0  # a slow start never lowers the stored baseline
+
+
+def test_eager_decode_explains_instead_of_restarting(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([60.0, 58.0, 59.0, 57.0], eager_passes=iter([0.0, 0.0, 0.0, 0.0, 0.0, 40.0, 40.0, 40.0]))
+    mon, decisions, metrics = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    mon.feed(DecodeStats(line_no=1, rank=None, running_req=1, queue_req=0, gen_throughput=60.0,
+                         cuda_graph=False, accept_len=None))
+    ticks(mon, 3)
+    assert len(decisions) == 1
+    d = decisions[0][0]
+    assert isinstance(d, Explained)
+    assert Reason.EAGER_DECODE in {e.reason for e in d.reasons}
+    assert "without CUDA graphs" in decisions[0][1]
+    assert metrics.explained.labels("eager_decode")._value.get() == 1
+    assert not mon._stopped.is_set()
+
+
+def test_still_regressed_after_restart_moves_down_the_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([60.0, 58.0, 59.0, 57.0])
+    state = Remediation("restarted_same", "fast", 59.0)
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}), remediation=state)
+    ticks(mon, 3)
+    assert isinstance(decisions[-1][0], TryNextProfile)
+    assert mon.remediation.stage == "trying_next"
+
+
+def test_run_stops_on_a_terminal_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([60.0, 58.0, 59.0, 57.0])
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    asyncio.run(asyncio.wait_for(mon.run(), 30))
+    assert isinstance(decisions[-1][0], RestartSame)
+    assert mon.status()["remediation"] == "restarted_same"
+
+
+def test_passive_throughput_from_decode_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    mon, _, metrics = make(monkeypatch, Engine([]))
+    mon.feed(DecodeStats(line_no=1, rank="TP0", running_req=8, queue_req=0, gen_throughput=3900.0,
+                         cuda_graph=True, accept_len=None))
+    assert metrics.passive._value.get() == 3900.0
+    assert mon.decode_cuda_graph is True

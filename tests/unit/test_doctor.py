@@ -1,0 +1,218 @@
+"""doctor over the seed's qwen.yaml with the Qwen3.6-27B-like config.json, no GPU, no sglang here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from sglang_supervisor import cli, gpu
+from sglang_supervisor.commands import doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED_CONFIG = ROOT / "etc" / "sglang-supervisor" / "qwen.yaml"
+MODEL = ROOT / "tests" / "fixtures" / "models" / "qwen3.6-27b-like"
+SERVER_INFO = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.server_info.json"
+
+
+def _no_module(name: str) -> object:
+    raise ImportError(name)
+
+
+@pytest.fixture(autouse=True)
+def _host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host without NVML whose ports are free, whatever machine runs the test."""
+    monkeypatch.setattr(gpu, "_default", gpu.Nvml(loader=_no_module))
+    monkeypatch.setattr(doctor, "port_busy", lambda host, port: False)
+
+
+def seed_config(tmp_path: Path, **engine: object) -> Path:
+    data = yaml.safe_load(SEED_CONFIG.read_text())
+    data["engine"].update(
+        {
+            "model_path": str(MODEL),
+            "version": "0.5.23",
+            "command": [str(tmp_path / "no-such-venv" / "python3"), "-m", "sglang.launch_server"],
+            "log_file": str(tmp_path / "log" / "engine.log"),
+            **engine,
+        }
+    )
+    data["state_dir"] = str(tmp_path / "state")
+    path = tmp_path / "qwen.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_doctor(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    rc = cli.main(["doctor", *argv])
+    return rc, capsys.readouterr().out
+
+
+def test_seed_config_reports_what_the_issue_asks_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out = run_doctor(capsys, "--config", str(seed_config(tmp_path)), "--json")
+    report = json.loads(out)
+    by_code: dict[str, list[dict[str, str]]] = {}
+    for f in report["findings"]:
+        by_code.setdefault(f["code"], []).append(f)
+    renamed = " ".join(f["what"] + f["fix"] for f in by_code["flag.renamed"])
+    # the two removed flags and their replacements
+    assert "--mamba-scheduler-strategy" in renamed and "--mamba-radix-cache-strategy extra_buffer" in renamed
+    assert "--enforce-piecewise-cuda-graph" in renamed and "--cuda-graph-backend-prefill breakable" in renamed
+    # --language-only's real meaning and port
+    lang = by_code["language_only"][0]
+    assert lang["profile"] == "tuned" and "8997" in lang["what"] and "disaggregation" in lang["what"]
+    # single-batch overlap: MoE only
+    sbo = by_code["single_batch_overlap"][0]
+    assert sbo["severity"] == "warning" and "dense" in sbo["what"]
+    # the spec-v2 env no-op
+    assert "does nothing" in by_code["env.spec_v2"][0]["what"]
+    # no NVML: said, and the audit went on
+    assert by_code["host.nvml"][0]["severity"] == "warning"
+    assert report["host"]["nvml"] is False
+    assert report["host"]["model"]["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    # no sglang in the configured venv: the real parser is skipped with a reason, not a traceback
+    assert "parser.unavailable" in by_code
+    assert report["engine"]["parser"].startswith("unavailable")
+    assert report["errors"] == 0 and rc == 0
+
+
+def test_json_shape_is_stable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(seed_config(tmp_path))
+    _, first = run_doctor(capsys, "--config", path, "--json")
+    _, second = run_doctor(capsys, "--config", path, "--json")
+    assert first == second
+    report = json.loads(first)
+    assert list(report) == ["findings", "host", "engine", "errors"]
+    for f in report["findings"]:
+        assert list(f) == ["severity", "area", "code", "profile", "what", "why", "fix"]
+        assert f["severity"] in ("error", "warning", "info", "ok")
+        assert f["area"] in ("host", "engine", "audit", "live")
+    areas = [f["area"] for f in report["findings"]]
+    assert areas == sorted(areas, key=["host", "engine", "audit", "live"].index)
+    assert {"interpreter", "version", "version_source", "parser", "profiles", "tp_size"} <= set(
+        report["engine"]
+    )
+    assert {"nvml", "gpus", "tp_link", "shm_bytes", "memlock_soft", "ports", "dirs", "model"} <= set(
+        report["host"]
+    )
+
+
+def test_human_report_groups_by_area(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = run_doctor(capsys, "--config", str(seed_config(tmp_path)))
+    assert rc == 0
+    assert out.index("== Host") < out.index("== Engine") < out.index("== Audit")
+    assert "NVML is not available" in out and "-- profile tuned" in out
+    assert out.rstrip().splitlines()[-1].startswith("0 error(s)")
+
+
+def test_error_findings_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = run_doctor(capsys, "--config", str(seed_config(tmp_path, model_path=str(tmp_path / "missing"))))
+    assert rc == 1
+    assert "model config unreadable" in out
+
+
+def test_bad_config_is_a_finding_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engine: {command: [x]}\nprofiles: []\n")
+    rc, out = run_doctor(capsys, "--config", str(bad), "--json")
+    assert rc == 1
+    assert {f["code"] for f in json.loads(out)["findings"]} == {"config.invalid"}
+
+
+FAKE_SERVER_ARGS = """
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(p):
+        p.add_argument("--model-path", required=True)
+        p.add_argument("--tp-size", type=int, default=1)
+        p.add_argument("--mamba-radix-cache-strategy", choices=["auto", "extra_buffer"])
+        p.add_argument("--language-only", action="store_true")
+"""
+
+
+def fake_engine_python(tmp_path: Path) -> str:
+    """An interpreter whose venv has a tiny stand-in `sglang` (the compat tier uses the real one)."""
+    site = tmp_path / "site"
+    (site / "sglang" / "srt").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "srt" / "__init__.py").write_text("")
+    (site / "sglang" / "srt" / "server_args.py").write_text(FAKE_SERVER_ARGS)
+    wrapper = tmp_path / "python3"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper)
+
+
+def test_real_parser_protocol_with_a_stand_in_sglang(tmp_path: Path) -> None:
+    python = fake_engine_python(tmp_path)
+    answer, why = doctor.run_argcheck(
+        python,
+        {
+            "ok": ["--model-path", "m", "--tp", "2"],
+            "bad": ["--model-path", "m", "--mamba-scheduler-strategy", "extra_buffer"],
+            "choice": ["--model-path", "m", "--mamba-radix-cache-strategy", "bogus"],
+        },
+        list_options=True,
+    )
+    assert why is None and answer is not None
+    res = answer["results"]
+    assert res["ok"] == {"unknown": [], "error": None, "abbreviations": {"--tp": "--tp-size"}}
+    assert res["bad"]["unknown"] == ["--mamba-scheduler-strategy", "extra_buffer"]
+    assert "invalid choice" in res["choice"]["error"]
+    assert "--language-only" in answer["options"]
+
+
+def test_real_parser_absent_is_reported_gracefully() -> None:
+    answer, why = doctor.run_argcheck(sys.executable, {"p": ["--model-path", "m"]})
+    assert answer is None and why is not None and "sglang" in why
+    answer, why = doctor.run_argcheck("/nonexistent/python3", {})
+    assert answer is None and why is not None and "does not exist" in why
+
+
+def test_live_mode_reads_server_info_and_redacts(tmp_path: Path) -> None:
+    info = json.loads(SERVER_INFO.read_text())
+    info["api_key"] = "sk-very-secret"
+    metrics = (
+        "# TYPE sglang:cuda_graph_passes counter\n"
+        'sglang:cuda_graph_passes_total{mode="decode_none",model_name="m"} 7.0\n'
+        'sglang:cuda_graph_passes_total{mode="decode_cuda_graph",model_name="m"} 90.0\n'
+    )
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/server_info":
+            return httpx.Response(404)
+        if request.url.path == "/get_server_info":
+            return httpx.Response(200, json=info)
+        return httpx.Response(200, text=metrics)
+
+    report = doctor.Report()
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        doctor.live_report("http://engine:30000", report, None, client)
+    assert report.live is not None
+    text = json.dumps(report.live)
+    assert "sk-very-secret" not in text and "<redacted>" in text
+    assert report.live["summary"]["version"] == "0.5.17"
+    assert report.live["decode_none_passes"] == 7.0
+    codes = {f.code for f in report.findings}
+    assert {"live.summary", "live.decode_graph", "live.decode_none"} <= codes
+
+
+def test_live_only_without_config(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fake(url: str, report: doctor.Report, api_key: str | None, client: object = None) -> None:
+        report.live = {"url": url}
+
+    monkeypatch.setattr(doctor, "live_report", fake)
+    args = argparse.Namespace(config=os.devnull + ".missing", url="http://x:1", json=True)
+    assert doctor.main(args) == 0
+    assert json.loads(capsys.readouterr().out)["live"] == {"url": "http://x:1"}

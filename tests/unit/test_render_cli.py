@@ -1,0 +1,126 @@
+"""`check` and `render` on the command line: exit codes, report on stderr, JSON, redaction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sglang_supervisor.cli import main
+
+LADDER = ["tuned", "no-prefill-graph", "low-mem", "no-spec", "eager"]
+Capture = pytest.CaptureFixture[str]
+REPO = Path(__file__).resolve().parents[2]
+QWEN = str(REPO / "etc" / "sglang-supervisor" / "qwen.yaml")
+DEMO = str(REPO / "etc" / "sglang-supervisor" / "demo.yaml")
+
+
+def run(capsys: Capture, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_qwen_offline_is_ok(capsys: Capture) -> None:
+    code, out, err = run(capsys, "check", "-c", QWEN, "--sglang-version", "0.5.23")
+    assert code == 0, err
+    assert out.startswith(f"OK {QWEN}: 5 profiles, sglang 0.5.23")
+    assert "tuned: 2 migrations, 1 warning" in out
+    assert "--enforce-piecewise-cuda-graph -> --cuda-graph-backend-prefill breakable" in out
+
+
+def test_check_demo_uses_the_configured_version(capsys: Capture) -> None:
+    code, out, _ = run(capsys, "check", "-c", DEMO, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["ok"] is True
+    assert doc["sglang_version"] == "0.5.23"
+    assert [p["name"] for p in doc["profiles"]] == LADDER
+
+
+def test_check_bad_config_exits_78_with_the_report(tmp_path: Path, capsys: Capture) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(DEMO).read_text().replace("  capture_oom: low-mem", "  capture_oom: lowmem"))
+    code, out, err = run(capsys, "check", "-c", str(bad))
+    assert code == 78
+    assert out == ""
+    assert "remediation.capture_oom" in err and "did you mean 'low-mem'?" in err
+    assert "Traceback" not in err
+    code, out, _ = run(capsys, "check", "-c", str(bad), "--json")
+    doc = json.loads(out)
+    assert code == 78 and doc["ok"] is False
+    assert doc["problems"][0]["path"] == "remediation.capture_oom"
+
+
+def test_check_reports_flags_the_engine_would_refuse(tmp_path: Path, capsys: Capture) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = Path(DEMO).read_text()
+    bad.write_text(text.replace("speculative-algorithm: NEXTN", "speculative-algorithm: MTP"))
+    code, _, err = run(capsys, "check", "-c", str(bad))
+    assert code == 78
+    assert "engine.args.speculative-algorithm" in err
+    assert "NEXTN" in err
+
+
+def test_check_missing_engine_is_78_not_a_traceback(capsys: Capture) -> None:
+    code, _, err = run(capsys, "check", "-c", QWEN.replace("qwen.yaml", "absent.yaml"))
+    assert code == 78
+    assert "cannot read" in err
+
+
+def test_render_qwen_json_for_0523_and_0513(capsys: Capture) -> None:
+    code, out, _ = run(capsys, "render", "-c", QWEN, "-p", "tuned", "--sglang-version", "0.5.23",
+                       "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["profile"] == "tuned"
+    argv = doc["argv"]
+    assert argv[argv.index("--cuda-graph-backend-prefill") + 1] == "breakable"
+    assert argv[argv.index("--mamba-radix-cache-strategy") + 1] == "extra_buffer"
+    assert "--enforce-piecewise-cuda-graph" not in argv and "--mamba-scheduler-strategy" not in argv
+    assert "SGLANG_ENABLE_SPEC_V2" not in doc["env"]
+    assert doc["migrations"]
+    code, out, _ = run(capsys, "render", "-c", QWEN, "-p", "tuned", "--sglang-version", "0.5.13",
+                       "--format", "json")
+    assert code == 0
+    assert "--enforce-piecewise-cuda-graph" in json.loads(out)["argv"]
+
+
+def test_render_all_profiles_json_is_a_list(capsys: Capture) -> None:
+    code, out, _ = run(capsys, "render", "-c", DEMO, "--format", "json")
+    assert code == 0
+    docs = json.loads(out)
+    assert [d["profile"] for d in docs] == LADDER
+
+
+def test_render_shell(capsys: Capture) -> None:
+    code, out, _ = run(capsys, "render", "-c", QWEN, "-p", "no-spec", "--sglang-version", "0.5.23")
+    assert code == 0
+    assert out.startswith("# profile no-spec (sglang 0.5.23)")
+    assert "# migrated: --mamba-scheduler-strategy extra_buffer -> --mamba-radix-cache-strategy" in out
+    assert ("/opt/sglang/.venv/bin/python3 -m sglang.launch_server \\\n"
+            "  --model-path /root/models/Qwen3.6-27B") in out
+
+
+def test_render_unknown_profile_lists_the_names(capsys: Capture) -> None:
+    code, out, err = run(capsys, "render", "-c", QWEN, "-p", "fast", "--sglang-version", "0.5.23")
+    assert code == 78
+    assert out == ""
+    assert "tuned, no-prefill-graph, low-mem, no-spec, eager" in err
+
+
+def test_render_redacts_and_never_reads_the_key(tmp_path: Path, capsys: Capture) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-top-secret\n")
+    key.chmod(0o600)
+    cfg = tmp_path / "c.yaml"
+    text = Path(DEMO).read_text().replace("  host: 127.0.0.1", f"  host: 127.0.0.1\n  api_key_file: {key}")
+    cfg.write_text(text + "runtime_dir: /run/demo\n")
+    for fmt in ("shell", "json"):
+        code, out, err = run(capsys, "render", "-c", str(cfg), "-p", "tuned", "--format", fmt)
+        assert code == 0, err
+        assert "sk-top-secret" not in out + err
+        assert "/run/demo/demo-engine-secrets.yaml" in out
+    code, out, err = run(capsys, "check", "-c", str(cfg), "--json")
+    assert code == 0 and "sk-top-secret" not in out + err

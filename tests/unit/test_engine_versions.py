@@ -54,7 +54,8 @@ def test_reverse_migration_to_0_5_13() -> None:
     m = migrate_args(["--cuda-graph-backend-prefill", "disabled", "--cuda-graph-max-bs-decode", "8",
                       "--cuda-graph-bs-decode", "1", "2", "--mamba-radix-cache-strategy", "no_buffer",
                       "--cuda-graph-backend-decode", "full"], "0.5.13")
-    assert m.args == ["--disable-piecewise-cuda-graph", "--cuda-graph-max-bs", "8", "--cuda-graph-bs", "1", "2",
+    assert m.args == ["--disable-piecewise-cuda-graph", "--cuda-graph-max-bs", "8",
+                      "--cuda-graph-bs", "1", "2",
                       "--mamba-scheduler-strategy", "no_buffer"]
     assert [x.new for x in m.migrations][-1] == ""  # full decode backend dropped: it is the default
     assert _errors(m) == []

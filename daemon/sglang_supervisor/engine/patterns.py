@@ -1,0 +1,210 @@
+"""SGLang log strings (<=0.5.13 and 0.5.14+), in one place. Nothing else hard-codes a log string.
+
+Each regex is guarded by a cheap substring (`*_KEY`) so that the parser only runs a regex on the
+few lines that can match it: most engine output is access logs, batch stats and traceback frames.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sglang_supervisor.events import FailureClass
+
+# `[2026-05-01 12:00:00.123 DP0 TP1] msg`, `[12:00:00 TP0] msg` (2024 builds), `[2026-05-01 12:00:00] msg`.
+# The optional `   21.249 NL ` lead is the fixtures' *.timed.log annotation (seconds, line end).
+HEADER = re.compile(
+    r"^(?:\s*\d+\.\d+ (?:NL|CR) )?"
+    r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?"
+)
+# A header somewhere inside a line: a `\r` progress frame glued in front of a real log line.
+EMBEDDED_HEADER = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z][A-Z_]*\d+)*\] ")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+# -- startup -----------------------------------------------------------------------------------
+SERVER_ARGS_KEY = "server_args="
+SERVER_ARGS = re.compile(r"server_args=(?:ServerArgs\((?P<repr>.*)\)|\{(?P<dict>.*)\})\s*$")
+DEPRECATED_KEY = "is deprecated"
+DEPRECATED = re.compile(r"'(?P<flag>--[\w-]+)' is deprecated.*?(?:Use '(?P<new>[^']+)' instead)?\.?$")
+WEIGHTS_BEGIN_KEY = "Load weight begin"
+WEIGHTS_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB")
+WEIGHTS_END_KEY = "Load weight end"
+WEIGHTS_END = re.compile(
+    r"Load weight end\.(?: elapsed=(?P<elapsed>[\d.]+) s)?.*?(?:mem usage=(?P<usage>[\d.]+) GB)?\.?$"
+)
+KV_KEY = "Cache is allocated"
+KV = re.compile(r"(?:^|\s)(?:Full |SWA )?KV Cache is allocated\. .*?#tokens: (?P<tokens>\d+)")
+
+# -- graphs --------------------------------------------------------------------------------------
+CAPTURE_KEY = "apture "
+CAPTURE = re.compile(
+    r"Capture (?P<owner>target|draft) (?P<phase>prefill|decode|verify|extend) (?:CUDA|CPU|NPU|XPU|MUSA) "
+    r"graph (?P<state>begin|end)\.(?: backend=(?P<backend>\w+))?(?:.*?elapsed=(?P<elapsed>[\d.]+) s)?"
+    r"(?:.*?mem usage=(?P<usage>[\d.]+) GB)?"
+)
+# <=0.5.13: decode graph, piecewise (prefill) graph, draft graphs.
+LEGACY_CAPTURE = re.compile(
+    r"Capture (?P<what>cuda|piecewise CUDA|draft cuda|draft extend cuda) graph (?P<state>begin|end)\."
+    r"(?:.*?Time elapsed: (?P<elapsed>[\d.]+) s)?(?:.*?mem usage=(?P<usage>[\d.]+) GB)?"
+)
+LEGACY_KINDS = {
+    "cuda": ("target", "legacy"),
+    "piecewise CUDA": ("target", "piecewise"),
+    "draft cuda": ("draft", "legacy"),
+    "draft extend cuda": ("draft", "extend"),
+}
+PREFILL_DISABLED_KEY = "prefill CUDA graph"
+PREFILL_DISABLED = re.compile(
+    r"(?:Disable prefill CUDA graph because (?P<reason>.*)"
+    r"|Breakable CUDA graph is incompatible with (?P<incompat>.*?); disabling prefill CUDA graph)"
+)
+# tqdm frames redrawn with \r while loading and capturing.
+PROGRESS_WORDS = (
+    "Capturing batches",
+    "Capturing num tokens",
+    "Capturing prefill shape",
+    "Compiling num tokens",
+    "Loading safetensors checkpoint shards",
+    "Multi-thread loading shards",
+)
+PROGRESS_BAR = re.compile(r"\d+%\|")
+
+# -- ready ---------------------------------------------------------------------------------------
+SCHED_READY_KEY = "max_total_num_tokens="
+SCHED_READY = re.compile(
+    r"max_total_num_tokens=(?P<total>\d+).*?max_running_requests=(?P<running>\d+)"
+    r"(?:.*?context_len=(?P<ctx>\d+))?"
+)
+HTTP_UP_KEY = "Uvicorn running on"
+HTTP_UP = re.compile(r"Uvicorn running on (?:https?://)?(?P<host>\[[^\]]+\]|[^:\s]+):(?P<port>\d+)")
+# uvicorn access log lines (`INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK`): never events.
+ACCESS_LOG_PREFIX = "INFO:"
+ACCESS_LOG_KEY = " HTTP/1."
+READY_LINE = "The server is fired up and ready to roll!"
+
+# -- serving -------------------------------------------------------------------------------------
+DECODE_KEY = "Decode batch"
+PREFILL_KEY = "Prefill batch"
+RUNNING_REQ = re.compile(r"#running-req: (\d+)")
+QUEUE_REQ = re.compile(r"#queue-req: (\d+)")
+GEN_TPUT = re.compile(r"gen throughput \(token/s\): ([\d.]+)")
+INPUT_TPUT = re.compile(r"input throughput \(token/s\): ([\d.]+)")
+GRAPH_USED = re.compile(r"(?:cuda|cpu|npu|musa) graph: (True|False)")
+ACCEPT_LEN = re.compile(r"accept len: ([\d.]+)")
+DRAIN_KEYS = ("SIGTERM received", "Gracefully exiting")
+
+# -- failures ------------------------------------------------------------------------------------
+TRACEBACK_START = "Traceback (most recent call last):"
+SCHEDULER_EXCEPTION = "Scheduler hit an exception"
+# The final line of a Python exception: `torch.OutOfMemoryError: ...`, `Exception: ...`.
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?:: |$)")
+CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+# Fallout: the launcher reacting to a child that already failed. Never the root cause.
+CRASH_KEYS = (
+    "Received sigquit from a child process",
+    "SIGQUIT received",
+    "crashed with exit code",
+)
+CHILD_CRASHED = re.compile(r"Subprocess (?P<name>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
+
+# (substring, class) checked in order on every line that can be an error; first match wins.
+SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
+    ("error: unrecognized arguments", FailureClass.UNKNOWN_FLAG),
+    ("error: argument --", FailureClass.UNKNOWN_FLAG),
+    ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
+    ("Unknown speculative algorithm name", FailureClass.UNKNOWN_FLAG),
+    ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
+    ("Address already in use", FailureClass.PORT_IN_USE),
+    ("Fail when using backend: breakable for prefill runner", FailureClass.PREFILL_GRAPH_FAILED),
+    ("Piecewise CUDA Graph failed with error", FailureClass.PREFILL_GRAPH_FAILED),
+    ("Not enough memory. Please try to increase --mem-fraction-static", FailureClass.KV_CACHE_OOM),
+    ("leave no GPU memory for the KV cache", FailureClass.KV_CACHE_OOM),
+    ("Capture cuda graph failed", FailureClass.CAPTURE_FAILED),  # refined to OOM / draft
+    ("scheduler died during initialization", FailureClass.SCHEDULER_DIED),
+    ("Initialization failed. warmup error", FailureClass.WARMUP_FAILED),
+    ("Scheduler watchdog timeout", FailureClass.WATCHDOG_TIMEOUT),
+    ("Watchdog caught collective operation timeout", FailureClass.NCCL_TIMEOUT),
+    ("c10::DistBackendError", FailureClass.NCCL_TIMEOUT),
+    ("NCCL timeout", FailureClass.NCCL_TIMEOUT),
+    ("CUDA error:", FailureClass.CUDA_ERROR),
+    ("an illegal memory access was encountered", FailureClass.CUDA_ERROR),
+    ("CUBLAS_STATUS_", FailureClass.CUDA_ERROR),
+)
+# Cheap gate before scanning SIGNATURES: every signature contains one of these.
+SIGNATURE_GATE = (
+    "error",
+    "Error",
+    "Unknown",
+    "removed",
+    "Address",
+    "Fail",
+    "failed",
+    "memory",
+    "died",
+    "watchdog",
+    "Watchdog",
+    "NCCL",
+    "CUBLAS",
+)
+OOM_WORDS = ("out of memory", "OutOfMemoryError")
+# Traceback frames that place an exception inside graph capture, or inside the draft model.
+CAPTURE_FRAME_WORDS = ("cuda_graph", "init_cuda_graphs", "capture")
+DRAFT_FRAME_WORDS = ("speculative/", "draft")
+PREFILL_FRAME_WORDS = ("prefill_cuda_graph", "breakable_cuda_graph", "piecewise")
+
+# Specific causes outrank generic ones when several signatures belong to one failure.
+FAILURE_RANK: dict[FailureClass, int] = {
+    FailureClass.UNKNOWN_FLAG: 0,
+    FailureClass.PORT_IN_USE: 0,
+    FailureClass.KV_CACHE_OOM: 0,
+    FailureClass.PREFILL_GRAPH_FAILED: 0,
+    FailureClass.DRAFT_CAPTURE_FAILED: 0,
+    FailureClass.CAPTURE_OOM: 0,
+    FailureClass.SCHEDULER_DIED: 0,
+    FailureClass.WATCHDOG_TIMEOUT: 0,
+    FailureClass.NCCL_TIMEOUT: 0,
+    FailureClass.CAPTURE_FAILED: 1,
+    FailureClass.WARMUP_FAILED: 1,
+    FailureClass.CUDA_ERROR: 1,
+    FailureClass.SCHEDULER_EXCEPTION: 2,
+    FailureClass.CHILD_CRASHED: 3,
+    FailureClass.OTHER: 4,
+}
+
+# What to do about each class: shown by logscan next to the failure.
+FIX_HINTS: dict[FailureClass, str] = {
+    FailureClass.UNKNOWN_FLAG: "fix the command line for this SGLang version "
+    "(sglang-supervisor render shows the migrated flags)",
+    FailureClass.PORT_IN_USE: "another process holds the port: stop it or change --port",
+    FailureClass.PREFILL_GRAPH_FAILED: "use a profile with --cuda-graph-backend-prefill disabled, or lower "
+    "--mem-fraction-static / --cuda-graph-max-bs-prefill if it is an OOM",
+    FailureClass.CAPTURE_OOM: "lower --mem-fraction-static (e.g. 0.8) or --cuda-graph-max-bs-decode "
+    "(e.g. 16); check that no other process uses the GPU",
+    FailureClass.CAPTURE_FAILED: "lower --cuda-graph-max-bs-decode, or --cuda-graph-backend-decode disabled "
+    "(large performance loss)",
+    FailureClass.DRAFT_CAPTURE_FAILED: "use a profile without speculative decoding, or fix the environment "
+    "the draft graph needs",
+    FailureClass.KV_CACHE_OOM: "raise --mem-fraction-static, lower --context-length, or free GPU memory",
+    FailureClass.SCHEDULER_DIED: "a rank was killed during init: check `dmesg -T | grep -i oom` (host RAM)",
+    FailureClass.WARMUP_FAILED: "the warmup request failed after capture: usually GPU memory; "
+    "lower --mem-fraction-static",
+    FailureClass.WATCHDOG_TIMEOUT: "a forward batch hung: check GPU health and NCCL; restart",
+    FailureClass.NCCL_TIMEOUT: "a collective timed out: check NVLink/P2P, NCCL env and the other ranks",
+    FailureClass.SCHEDULER_EXCEPTION: "read the traceback above the failure line",
+    FailureClass.CHILD_CRASHED: "a child process died (often killed by the OOM killer or a signal); "
+    "check dmesg and restart",
+    FailureClass.CUDA_ERROR: "a CUDA error: check the driver, GPU health (nvidia-smi -q) and recent flags",
+    FailureClass.HANG: "no progress: check GPU health and lower the load",
+    FailureClass.WEDGED: "alive but not serving: restart it",
+    FailureClass.GPU_BUSY: "another process holds the GPU memory",
+    FailureClass.OTHER: "read the lines around the failure",
+}
+
+# Secrets SGLang prints unredacted (server_args dump, /server_info, our own argv).
+REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"""(\b\w*api_key\s*=\s*)(['"])(?:(?!\2).)*\2"""), r"\1\2***\2"),
+    (re.compile(r"""(['"]\w*api_key['"]\s*:\s*)(['"])(?:(?!\2).)*\2"""), r"\1\2***\2"),
+    (re.compile(r"(--(?:admin-)?api-key(?:=|\s+))(?!\*\*\*)\S+"), r"\1***"),
+    (re.compile(r"(\bBearer\s+)(?!\*\*\*)[^\s'\",}]+"), r"\1***"),
+)
+SECRET_ARG_KEYS = ("api_key", "secret", "password", "hf_token")

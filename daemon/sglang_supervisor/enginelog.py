@@ -53,6 +53,8 @@ class Splitter(Protocol):
 class Parser(Protocol):
     def feed_line(self, line: str) -> list[EngineEvent]: ...
 
+    def finish(self) -> list[EngineEvent]: ...
+
 
 ForwardFn = Callable[[str, int, str | None], None]
 
@@ -306,6 +308,8 @@ class EngineLogPump:
                 line_events = self._parser.feed_line(line)
                 events += line_events
                 self._maybe_forward(line, line_events)
+            if final:  # a traceback block still open at EOF is closed (and classified) now
+                events += self._parser.finish()
             self.stats.events += len(events)
             if data_len or events:
                 self._to_loop(self._on_output, events)

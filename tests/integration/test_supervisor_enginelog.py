@@ -51,6 +51,9 @@ class Parser:
             return [EngineFailed(self.n, "TP0", FailureClass.OTHER, line)]
         return []
 
+    def finish(self) -> list[EngineEvent]:
+        return []
+
 
 @pytest.mark.parametrize("cut", [1, 3, 7, 10, 15])
 def test_stream_redactor_across_chunk_boundaries(cut: int) -> None:

@@ -1,0 +1,772 @@
+"""The asyncio main loop: wires the pure lifecycle (`policy`) to processes, HTTP, systemd and state.
+
+Everything here is an adapter. Decisions live in `policy.Lifecycle`: this module feeds it inputs
+(engine events from the log pump, exits, timers, probe and health results, signals) and carries
+out the actions it returns, in order.
+
+Threads: only the log pump reads the engine's pipe (its own thread). The engine is spawned from
+the loop's thread, which lives as long as the supervisor (PDEATHSIG is per thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import structlog
+
+from sglang_supervisor import gpu, state
+from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
+from sglang_supervisor.engineinfo import detect_engine_version
+from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
+from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.logsetup import log_engine_line, set_redactions
+from sglang_supervisor.logwatch import LineSplitter, LogParser
+from sglang_supervisor.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
+from sglang_supervisor.monitor import ThroughputMonitor
+from sglang_supervisor.notify import Notifier
+from sglang_supervisor.policy import (
+    UP_PHASES,
+    Action,
+    CancelTimer,
+    CaptureKey,
+    EngineExited,
+    Exit,
+    GpuBusy,
+    HealthFailed,
+    HealthOk,
+    Input,
+    Launch,
+    Launched,
+    LaunchFailed,
+    Lifecycle,
+    Log,
+    MarkBad,
+    MarkGood,
+    NotifyReady,
+    NotifyReloading,
+    NotifyStatus,
+    NotifyStopping,
+    Phase,
+    ProbeFailed,
+    ProbeOk,
+    RegressionDecision,
+    ReloadRequested,
+    RunReadyProbe,
+    SetTimer,
+    Settings,
+    Start,
+    StopEngine,
+    StopRequested,
+    TimerFired,
+)
+from sglang_supervisor.process import EngineProcess, engine_env
+from sglang_supervisor.profiles import (
+    RenderedCommand,
+    config_problems,
+    default_secret_config_path,
+    render,
+)
+from sglang_supervisor.regression import (
+    Decision,
+    KeepFaster,
+    RestartSame,
+    RetryPrimary,
+    TryNextProfile,
+)
+from sglang_supervisor.secrets import read_api_key, remove_secret_config, write_secret_config
+
+log = structlog.get_logger("sglang_supervisor")
+
+# Reasons for which the engine gets its full drain; after a failure or a hang SIGTERM is a
+# formality (a wedged SGLang waits a minute for core dumps), so the group is killed soon.
+GRACEFUL_STOPS = frozenset({"signal", "reload", "regression"})
+FAILED_STOP_DRAIN_S = 2.0
+# After the leader exits, give the pipe this long to deliver the last lines (and the parser's
+# closing events) before the exit is reported: classification needs them.
+EOF_GRACE_S = 3.0
+# Foreign processes holding less than this on our GPUs do not block a start (monitoring agents).
+FOREIGN_BYTES_BLOCKING = 1 << 30
+
+PHASE_TO_METRIC = {
+    Phase.PREFLIGHT: "starting", Phase.LAUNCHING: "starting", Phase.LOADING_WEIGHTS: "loading",
+    Phase.CAPTURING_GRAPHS: "capturing", Phase.WARMING_UP: "warming", Phase.READY: "ready",
+    Phase.SERVING: "ready", Phase.DEGRADED: "degraded", Phase.RESTARTING: "restarting",
+    Phase.STOPPING: "stopping", Phase.STOPPED: "stopped", Phase.FAILED: "failed",
+}
+
+_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+
+
+# ----------------------------------------------------------------------------- preflight (pure-ish)
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated configuration, rendered for one engine version."""
+
+    config: Config
+    version: str
+    renders: Mapping[str, RenderedCommand]
+    api_key: str | None
+
+
+def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
+    names = tuple(names)
+    value: str | None = None
+    for i, tok in enumerate(argv):
+        name, eq, inline = tok.partition("=")
+        if name in names:
+            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+def tp_size(argv: Sequence[str]) -> int:
+    raw = flag_value(argv, _TP_FLAGS)
+    try:
+        return max(1, int(raw)) if raw else 1
+    except ValueError:
+        return 1
+
+
+def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:
+    keys: set[CaptureKey] = set()
+    for cap in expected_captures(argv, version, tp_size(argv)):
+        for rank in cap.ranks:
+            keys.add((cap.owner, cap.phase, rank))
+    return frozenset(keys)
+
+
+def prepare(config: Config, version: str, *, secret_path: str | None = None) -> Prepared:
+    """Render every profile; any flag the target release refuses is a configuration error."""
+    api_key = read_api_key(config.engine)
+    path = secret_path or default_secret_config_path(config)
+    renders: dict[str, RenderedCommand] = {}
+    problems: list[ConfigProblem] = []
+    for p in config.profiles:
+        rc = render(config, p.name, version, python=sys.executable, secret_config_path=path,
+                    api_key=api_key)
+        renders[p.name] = rc
+        problems += config_problems(config, rc, version)
+    if problems:
+        raise ConfigError(problems, f"rendering for SGLang {version}")
+    return Prepared(config, version, renders, api_key)
+
+
+def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
+    joined = [(name, rc.argv, sorted(rc.env.items())) for name, rc in sorted(renders.items())]
+    return state.command_hash([repr(joined)])
+
+
+def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
+                    retry_known_bad: bool) -> Settings:
+    t = config.timeouts
+    return Settings(
+        profiles=tuple(config.profile_names),
+        remediation=dict(config.remediation),
+        last_good=last_good,
+        known_bad=dict(known_bad),
+        retry_known_bad=retry_known_bad,
+        same_profile_retries=config.restart.same_profile_retries,
+        health_failures=t.health_failures,
+        stall_s=t.stall_s,
+        start_s=t.start_s,
+        backoff_s=config.restart.backoff_s,
+        failure_grace_s=max(5.0, min(t.stall_s, 15.0)),
+    )
+
+
+def _gpu_indices(env: Mapping[str, str]) -> set[int] | None:
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return None
+    parts = [p.strip() for p in visible.split(",") if p.strip()]
+    return {int(p) for p in parts} if parts and all(p.isdigit() for p in parts) else None
+
+
+# ----------------------------------------------------------------------------- the supervisor
+
+@dataclass
+class Options:
+    config_path: str | None = None
+    retry_known_bad: bool = False
+    exit_after_ready: bool = False
+    # Engine lines at this syslog priority or more urgent are forwarded (6 = everything).
+    forward_max_priority: int = 6
+    metrics_address: str | None = None  # overrides config.metrics.address
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    on_metrics_url: Callable[[str], None] | None = None
+
+
+@dataclass
+class _Timer:
+    seconds: float
+    reset_on_output: bool
+    started: float
+    handle: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _Engine:
+    attempt: int
+    profile: str
+    proc: EngineProcess
+    pump: EngineLogPump
+    eof: asyncio.Event
+    secret_path: str | None
+    stopping: asyncio.Task[None] | None = None
+
+
+class Supervisor:
+    def __init__(self, prepared: Prepared, options: Options, notifier: Notifier | None = None) -> None:
+        self.prep = prepared
+        self.config = prepared.config
+        self.opts = options
+        self.notifier = notifier or Notifier(options.environ)
+        self.metrics = SupervisorMetrics()
+        self.store = state.StateStore(self.config.state_dir)
+        self.fp = self._fingerprint()
+        self.lifecycle = Lifecycle(self._settings(first_run=True))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: asyncio.Future[Exit] | None = None
+        self._timers: dict[str, _Timer] = {}
+        self._last_output = time.monotonic()
+        self._last_extend = 0.0
+        self._engine: _Engine | None = None
+        self._launching: asyncio.Task[None] | None = None
+        self._last_pids: set[int] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._health_task: asyncio.Task[None] | None = None
+        self._monitor: ThroughputMonitor | None = None
+        self._monitor_task: asyncio.Task[None] | None = None
+        self._remediation: Any = None
+        self._capture_seconds: dict[str, float] = {}
+        self._client: httpx.AsyncClient | None = None
+        self._metrics_server: MetricsServer | None = None
+        self._reloading = False
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _fingerprint(self) -> str:
+        gpus = gpu.snapshot() or []
+        return state.fingerprint(
+            self.config.engine.model_path, self.prep.version, [g.name for g in gpus],
+            next((g.driver for g in gpus if g.driver), "") or "", ladder_hash(self.prep.renders))
+
+    def _settings(self, first_run: bool) -> Settings:
+        now = time.time()
+        bad = self.store.known_bad(self.fp, now, self.config.restart.known_bad_ttl_s)
+        last_good = self.store.last_good(self.fp)
+        if last_good is None:
+            ranking = self.store.ranking(self.fp)
+            last_good = ranking[0] if ranking else None
+        return policy_settings(
+            self.config, last_good=last_good,
+            known_bad={p: r.failure_class for p, r in bad.items()},
+            retry_known_bad=self.opts.retry_known_bad and first_run)
+
+    @property
+    def base_url(self) -> str:
+        host = self.config.engine.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.config.engine.port}"
+
+    def status(self) -> dict[str, Any]:
+        """The `/status` document: names and numbers only, never the API key or argv."""
+        snap = self.lifecycle.snapshot(time.monotonic())
+        eng = self._engine
+        snap.update({
+            "name": self.config.name,
+            "engine_version": self.prep.version,
+            "fingerprint": self.fp,
+            "engine_pid": eng.proc.pid if eng else None,
+            "engine_log": self.config.engine.log_file,
+            "engine_log_errors": eng.pump.log_errors if eng else 0,
+            "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
+            "throughput": self._monitor.status() if self._monitor else None,
+        })
+        return snap
+
+    # -- main -----------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._done = loop.create_future()
+        if self.prep.api_key:
+            set_redactions([self.prep.api_key])
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            loop.add_signal_handler(sig, self.feed, StopRequested(name))
+        loop.add_signal_handler(signal.SIGHUP, self._spawn_task, self._reload)
+        self._client = httpx.AsyncClient()
+        await self._start_metrics()
+        watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
+        log.info("supervisor.start", name=self.config.name, engine_version=self.prep.version,
+                 profiles=",".join(self.config.profile_names), fingerprint=self.fp,
+                 state_dir=self.config.state_dir, engine_log=self.config.engine.log_file)
+        foreign = self._foreign()
+        if foreign:
+            self.feed(GpuBusy(foreign))
+        else:
+            self.feed(Start())
+        try:
+            result = await self._done
+        finally:
+            watchdog.cancel()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            await self._shutdown()
+        return int(result.code)
+
+    async def _shutdown(self) -> None:
+        self._stop_serving_tasks()
+        if self._launching is not None:
+            self._launching.cancel()
+        eng = self._engine
+        if eng is not None and eng.proc.returncode is None:
+            # Exit was decided with the engine still up (should not happen): never leave it behind.
+            await eng.proc.stop(self.config.timeouts.drain_s, self.config.timeouts.kill_s)
+        for t in list(self._tasks):
+            t.cancel()
+        for timer in self._timers.values():
+            if timer.handle:
+                timer.handle.cancel()
+        if self._metrics_server is not None:
+            with contextlib.suppress(Exception):
+                await self._metrics_server.stop()
+        if self._client is not None:
+            await self._client.aclose()
+        with contextlib.suppress(OSError):
+            remove_secret_config(default_secret_config_path(self.config))
+
+    async def _start_metrics(self) -> None:
+        if not self.config.metrics.enabled:
+            return
+        address = self.opts.metrics_address or self.config.metrics.address
+        server = MetricsServer(address, self.metrics, self.status)
+        try:
+            await server.start()
+        except MetricsServerError as exc:
+            log.error("metrics.unavailable", error=str(exc))
+            return
+        self._metrics_server = server
+        if self.opts.on_metrics_url is not None:
+            self.opts.on_metrics_url(server.url)
+
+    async def _watchdog(self) -> None:
+        """WATCHDOG=1 from the loop itself: if the loop stalls, systemd notices."""
+        interval = self.notifier.watchdog_interval()
+        if interval is None:
+            return
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    def _spawn_task(self, fn: Callable[[], Any]) -> None:
+        task = asyncio.ensure_future(fn())
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("supervisor.internal_error", error=repr(exc))
+            if self._done is not None and not self._done.done():
+                self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"))
+
+    # -- the policy bridge ------------------------------------------------------------------
+
+    def feed(self, inp: Input) -> None:
+        actions = self.lifecycle.handle(inp, time.monotonic())
+        for action in actions:
+            self._apply(action)
+
+    def _apply(self, a: Action) -> None:
+        if isinstance(a, Log):
+            fields = {k: v for k, v in a.fields.items() if v is not None}
+            getattr(log, a.level)(a.event, **fields)
+        elif isinstance(a, NotifyStatus):
+            self.notifier.status(a.text)
+            self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
+            self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
+        elif isinstance(a, Launch):
+            self._launching = asyncio.ensure_future(self._launch(a))
+        elif isinstance(a, StopEngine):
+            self._stop_engine(a.reason)
+        elif isinstance(a, SetTimer):
+            self._set_timer(a)
+        elif isinstance(a, CancelTimer):
+            t = self._timers.pop(a.name, None)
+            if t is not None and t.handle is not None:
+                t.handle.cancel()
+        elif isinstance(a, RunReadyProbe):
+            self._spawn_task(lambda: self._ready_probe(a.attempt))
+        elif isinstance(a, NotifyReady):
+            self._on_ready()
+        elif isinstance(a, NotifyStopping):
+            self.notifier.stopping(self.lifecycle.status_text())
+            self._stop_serving_tasks()
+        elif isinstance(a, NotifyReloading):
+            self.notifier.reloading(self.lifecycle.status_text())
+        elif isinstance(a, MarkGood):
+            self.store.mark_good(self.fp, a.profile, time.time())
+            self.metrics.start_attempt(a.profile, "ready")
+            names = self.config.profile_names
+            self.metrics.set_active_profile(a.profile, self.prep.version, self.fp,
+                                            names.index(a.profile) if a.profile in names else 0)
+        elif isinstance(a, MarkBad):
+            self.store.mark_bad(self.fp, a.profile, a.failure_class.value, time.time())
+            self.metrics.start_attempt(a.profile, a.failure_class.value)
+            self.metrics.restart(a.failure_class.value)
+        elif isinstance(a, Exit) and self._done is not None and not self._done.done():
+            self._done.set_result(a)
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def _set_timer(self, a: SetTimer) -> None:
+        old = self._timers.pop(a.name, None)
+        if old is not None and old.handle is not None:
+            old.handle.cancel()
+        assert self._loop is not None
+        timer = _Timer(a.seconds, a.reset_on_output, time.monotonic())
+        timer.handle = self._loop.call_later(a.seconds, self._timer_due, a.name, timer)
+        self._timers[a.name] = timer
+
+    def _timer_due(self, name: str, timer: _Timer) -> None:
+        if self._timers.get(name) is not timer:
+            return
+        if timer.reset_on_output:
+            # Output since the timer was armed moves the deadline instead of re-arming per line.
+            deadline = max(timer.started, self._last_output) + timer.seconds
+            left = deadline - time.monotonic()
+            if left > 0:
+                assert self._loop is not None
+                timer.handle = self._loop.call_later(left, self._timer_due, name, timer)
+                return
+        del self._timers[name]
+        self.feed(TimerFired(name))
+
+    # -- launching ------------------------------------------------------------------------
+
+    def _foreign(self) -> str | None:
+        env = {**self.opts.environ, **self.config.engine.env}
+        foreign = [f for f in gpu.foreign_processes(self._last_pids, _gpu_indices(env))
+                   if (f.used_bytes or 0) >= FOREIGN_BYTES_BLOCKING]
+        if not foreign:
+            return None
+        return ", ".join(f"pid {f.pid} ({f.command or '?'}) holds {(f.used_bytes or 0) >> 20} MiB "
+                         f"on GPU{f.gpu_index}" for f in foreign)
+
+    async def _launch(self, a: Launch) -> None:
+        try:
+            if self._last_pids:
+                released = await gpu.wait_for_release(self._last_pids,
+                                                      self.config.timeouts.gpu_release_s)
+                if released is False:
+                    foreign = self._foreign()
+                    log.warning("gpu.not_released", pids=len(self._last_pids), foreign=foreign)
+                    if foreign:
+                        self.feed(GpuBusy(foreign))
+                        return
+            if a.delay_s > 0:
+                await asyncio.sleep(a.delay_s)
+            self._spawn(a)
+        except asyncio.CancelledError:
+            return
+        finally:
+            if self._launching is asyncio.current_task():
+                self._launching = None
+
+    def _render(self, profile: str) -> RenderedCommand:
+        rc = self.prep.renders.get(profile)
+        if rc is None:  # a profile added by a reload is rendered on the spot
+            rc = render(self.config, profile, self.prep.version, python=sys.executable,
+                        secret_config_path=default_secret_config_path(self.config),
+                        api_key=self.prep.api_key)
+        return rc
+
+    def _spawn(self, a: Launch) -> None:
+        try:
+            rc = self._render(a.profile)
+        except ConfigError as exc:
+            self.feed(LaunchFailed(a.attempt, str(exc), config_error=True))
+            return
+        if rc.errors:
+            self.feed(LaunchFailed(a.attempt, "; ".join(p.message for p in rc.errors), True))
+            return
+        secret_path: str | None = None
+        if rc.secret_config:
+            secret_path = default_secret_config_path(self.config)
+            try:
+                write_secret_config(secret_path, rc.secret_config)
+            except OSError as exc:
+                self.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
+                                       f"{secret_path}: {exc.strerror}", config_error=True))
+                return
+        env = engine_env(self.opts.environ, rc.env)
+        try:
+            proc = EngineProcess.spawn(rc.argv, env)
+        except OSError as exc:
+            self.feed(LaunchFailed(a.attempt, f"cannot start {rc.argv[0]}: {exc.strerror or exc}",
+                                   config_error=isinstance(exc, FileNotFoundError | PermissionError)))
+            return
+        assert self._loop is not None
+        eng_cfg = self.config.engine
+        eof = asyncio.Event()
+        attempt = a.attempt
+        secrets = [self.prep.api_key] if self.prep.api_key else []
+        forward_max = self.opts.forward_max_priority
+
+        def forward(text: str, priority: int, rank: str | None) -> None:
+            if priority <= forward_max:
+                log_engine_line(text, priority, rank)
+
+        pump = EngineLogPump(
+            proc.stdout_fd, loop=self._loop,
+            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups),
+            splitter=LineSplitter(), parser=LogParser(self.prep.version, secrets),
+            on_output=lambda events: self._on_output(attempt, events), on_eof=eof.set,
+            secrets=secrets,
+            forward=forward if self.config.logging.forward_engine_output else None,
+            name=f"engine-log-{attempt}")
+        pump.start()
+        self._engine = _Engine(attempt, a.profile, proc, pump, eof, secret_path)
+        self._last_output = time.monotonic()
+        self._capture_seconds = {}
+        self.feed(Launched(attempt, proc.pid, capture_keys(rc.argv, self.prep.version)))
+        self._spawn_task(lambda: self._watch_exit(self._engine_for(attempt)))
+
+    def _engine_for(self, attempt: int) -> _Engine:
+        assert self._engine is not None and self._engine.attempt == attempt
+        return self._engine
+
+    async def _watch_exit(self, eng: _Engine) -> None:
+        rc = await eng.proc.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
+        if eng.proc.group_members():
+            # The launcher is gone but part of its group lives on (holding GPU memory or the
+            # pipe): an engine is all of its processes.
+            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()])
+            result = await eng.proc.stop(0.0, self.config.timeouts.kill_s)
+            self._log_leftover(result.leftover)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
+        if eng.stopping is not None:
+            with contextlib.suppress(Exception):
+                await eng.stopping
+        self._last_pids = {eng.proc.pid}
+        if eng.secret_path:
+            remove_secret_config(eng.secret_path)
+        if self._engine is eng:
+            self._engine = None
+        self._stop_serving_tasks()
+        clean = rc in clean_exit_codes(self.prep.version)
+        self.feed(EngineExited(eng.attempt, rc, eng.proc.we_stopped, clean))
+
+    def _log_leftover(self, leftover: Sequence[Any]) -> None:
+        if leftover:
+            log.error("engine.leftover_processes",
+                      processes=", ".join(f"{p.pid}:{p.name}" for p in leftover),
+                      hint="processes of the engine's group survived SIGKILL (uninterruptible "
+                           "sleep in the driver?)")
+
+    def _stop_engine(self, reason: str) -> None:
+        eng = self._engine
+        if eng is None:
+            if self._launching is not None and not self._launching.done():
+                # Nothing runs yet (backoff or GPU wait): cancel the launch and report the "exit".
+                self._launching.cancel()
+                self._launching = None
+                attempt = self.lifecycle.attempt
+                assert self._loop is not None
+                self._loop.call_soon(self.feed, EngineExited(attempt, None, True, True))
+            return
+        eng.proc.we_stopped = True
+        if eng.stopping is not None and not eng.stopping.done():
+            return
+        t = self.config.timeouts
+        drain = t.drain_s if reason in GRACEFUL_STOPS else min(t.drain_s, FAILED_STOP_DRAIN_S)
+
+        async def stop() -> None:
+            result = await eng.proc.stop(drain, t.kill_s)
+            log.info("engine.stopped", profile=eng.profile, reason=reason,
+                     returncode=result.returncode, drained=result.drained, killed=result.killed,
+                     seconds=result.seconds)
+            self._log_leftover(result.leftover)
+
+        eng.stopping = asyncio.ensure_future(stop())
+
+    # -- engine output ----------------------------------------------------------------------
+
+    def _on_output(self, attempt: int, events: list[EngineEvent]) -> None:
+        if self._engine is None or self._engine.attempt != attempt:
+            return  # a previous engine's last words
+        now = time.monotonic()
+        self._last_output = now
+        phase = self.lifecycle.phase
+        if phase not in UP_PHASES and phase != Phase.STOPPING:
+            # Keep systemd's start (or reload) deadline ahead of us while the log moves; once the
+            # log stalls this stops and our own stall timer decides first.
+            stall = self.config.timeouts.stall_s
+            if now - self._last_extend >= min(10.0, stall / 3):
+                self._last_extend = now
+                self.notifier.extend_timeout(stall + self.config.timeouts.drain_s + 30.0)
+        for ev in events:
+            if isinstance(ev, CaptureEnded) and ev.elapsed_s is not None:
+                kind = f"{ev.owner}_{ev.phase}"
+                self._capture_seconds[kind] = max(self._capture_seconds.get(kind, 0.0), ev.elapsed_s)
+                self.metrics.capture_seconds(kind, self._capture_seconds[kind])
+            if isinstance(ev, DecodeStats) and self._monitor is not None:
+                self._monitor.feed(ev)
+            self.feed(ev)
+
+    # -- probing and health -------------------------------------------------------------------
+
+    def _new_monitor(self, profile: str) -> ThroughputMonitor:
+        p = self.config.probe
+        key = state.baseline_key(f"{self.fp}/{profile}", p.input_tokens, p.max_new_tokens)
+        eng = self._engine
+        pids = {eng.proc.pid} if eng else set()
+        return ThroughputMonitor(
+            self.base_url, p, self.metrics, self.store, self._on_decision,
+            baseline_key=key, profile=profile, primary=self.config.profile_names[0],
+            remediation=self._remediation, api_key=self.prep.api_key,
+            our_pids=lambda: gpu.descendant_pids(next(iter(pids))) if pids else set(),
+            gpu_indices=_gpu_indices({**self.opts.environ, **self.config.engine.env}),
+            gpus_per_engine=tp_size(self._render(profile).argv))
+
+    async def _ready_probe(self, attempt: int) -> None:
+        """The probe that gates READY, retried until `ready_probe_s` (the port may need a moment)."""
+        profile = self.lifecycle.profile or ""
+        monitor = self._new_monitor(profile)
+        deadline = time.monotonic() + self.config.timeouts.ready_probe_s
+        last_error = "no probe ran"
+        hung = False
+        while time.monotonic() < deadline:
+            if self.lifecycle.attempt != attempt or self.lifecycle.phase not in (
+                    Phase.WARMING_UP, Phase.CAPTURING_GRAPHS):
+                await monitor.aclose()
+                return
+            result = await monitor.first_probe()
+            if result.ok:
+                if self.lifecycle.attempt == attempt:
+                    self._monitor = monitor
+                    self.feed(ProbeOk(result.decode_tps, result.ttft_s))
+                else:
+                    await monitor.aclose()
+                return
+            last_error = result.error or "probe failed"
+            hung = "within" in last_error  # probe_once's timeout wording
+            log.warning("probe.retry", profile=profile, error=last_error)
+            await asyncio.sleep(0.5)
+        await monitor.aclose()
+        if self.lifecycle.attempt == attempt:
+            self.feed(ProbeFailed(last_error, hung=hung))
+
+    def _on_ready(self) -> None:
+        self.notifier.ready(self.lifecycle.status_text())
+        if self._reloading:
+            self._reloading = False
+        self._stop_serving_tasks()
+        self._health_task = asyncio.ensure_future(self._health_loop(self.lifecycle.attempt))
+        if self._monitor is not None and self.config.probe.enabled:
+            self._monitor_task = asyncio.ensure_future(self._monitor.run())
+        if self.opts.exit_after_ready:
+            assert self._loop is not None
+            self._loop.call_soon(self.feed, StopRequested("exit-after-ready"))
+
+    def _stop_serving_tasks(self) -> None:
+        for task in (self._health_task, self._monitor_task):
+            if task is not None:
+                task.cancel()
+        self._health_task = self._monitor_task = None
+        if self._monitor is not None:
+            self._remediation = self._monitor.remediation
+            self._monitor.stop()
+            self._spawn_task(self._monitor.aclose)
+            self._monitor = None
+
+    async def _health_loop(self, attempt: int) -> None:
+        t = self.config.timeouts
+        url = self.base_url + health_path(self.prep.version)
+        assert self._client is not None
+        while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
+            await asyncio.sleep(t.health_interval_s)
+            try:
+                resp = await self._client.get(url, timeout=t.health_timeout_s)
+                ok, why = resp.status_code == 200, f"HTTP {resp.status_code}"
+            except httpx.TimeoutException:
+                ok, why = False, f"no answer within {t.health_timeout_s:g} s"
+            except (httpx.HTTPError, OSError) as exc:
+                ok, why = False, f"{type(exc).__name__}: {exc}"[:200]
+            if self.lifecycle.attempt != attempt:
+                return
+            self.feed(HealthOk() if ok else HealthFailed(why))
+
+    def _on_decision(self, decision: Decision, text: str) -> None:
+        current = self.lifecycle.profile
+        if isinstance(decision, RestartSame):
+            self.feed(RegressionDecision("restart_same", text))
+        elif isinstance(decision, TryNextProfile):
+            self.feed(RegressionDecision("next_profile", text))
+        elif isinstance(decision, KeepFaster) and decision.profile != current:
+            self.feed(RegressionDecision("switch", text, decision.profile))
+        elif isinstance(decision, RetryPrimary):
+            self.feed(RegressionDecision("switch", text, self.config.profile_names[0]))
+        else:
+            self.feed(RegressionDecision("keep", text))
+
+    # -- reload -------------------------------------------------------------------------------
+
+    async def _reload(self) -> None:
+        """SIGHUP: re-read the configuration; restart the engine only if its command changed."""
+        path = self.opts.config_path
+        ready = self.lifecycle.ready_sent
+        if path is None:
+            log.warning("supervisor.reload_failed", error="no configuration file to re-read")
+            return
+        try:
+            config = await asyncio.to_thread(load_config, path)
+            prepared = await asyncio.to_thread(prepare, config, self._reload_version(config))
+        except ConfigError as exc:
+            # A broken file must not take a healthy engine down: keep running what we have.
+            log.error("supervisor.reload_failed", error=str(exc), kept_profile=self.lifecycle.profile)
+            if ready:
+                self.notifier.reloading("reload failed; configuration unchanged")
+                self.notifier.ready(self.lifecycle.status_text())
+            return
+        current = self.lifecycle.profile
+        old = self.prep.renders.get(current) if current else None
+        new = prepared.renders.get(current) if current else None
+        changed = (old is None or new is None or old.argv != new.argv or old.env != new.env
+                   or old.secret_config != new.secret_config)
+        self.prep = prepared
+        self.config = config
+        if prepared.api_key:
+            set_redactions([prepared.api_key])
+        self._reloading = changed and ready
+        self.feed(ReloadRequested(changed, self._settings(first_run=False)))
+
+    def _reload_version(self, config: Config) -> str:
+        if config.engine.version == self.config.engine.version and config.engine.command == (
+                self.config.engine.command):
+            return self.prep.version
+        return detect_engine_version(config)
+
+
+async def run_supervisor(prepared: Prepared, options: Options, notifier: Notifier | None = None
+                         ) -> int:
+    sup = Supervisor(prepared, options, notifier)
+    return await sup.run()

@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from sglang_supervisor import gpu
 from sglang_supervisor.probe import ProbeResult
-from sglang_supervisor.regression import Reason
+from sglang_supervisor.regression import DECISION_NAMES, Reason
 
 log = structlog.get_logger(__name__)
 
@@ -156,6 +156,9 @@ class SupervisorMetrics:
             self.explained.labels(reason).set(0)
         for result in ("ok", "failed"):
             self.probe_runs.labels(result)
+        for name in DECISION_NAMES:  # zero series exist from the start, so increase() sees the first one
+            if name != "no_action":
+                self.decisions.labels(name)
         self._reason_label = _BoundedLabel()
         self._profile_label = _BoundedLabel()
         self._result_label = _BoundedLabel()

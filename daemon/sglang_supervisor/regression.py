@@ -148,12 +148,16 @@ class RetryPrimary:
 Decision = NoAction | Reprobe | Explained | RestartSame | TryNextProfile | KeepFaster | RetryPrimary
 
 
+_DECISION_NAMES: dict[type, str] = {
+    NoAction: "no_action", Reprobe: "reprobe", Explained: "explained", RestartSame: "restart_same",
+    TryNextProfile: "try_next_profile", KeepFaster: "keep_faster", RetryPrimary: "retry_primary",
+}
+DECISION_NAMES: tuple[str, ...] = tuple(_DECISION_NAMES.values())
+
+
 def decision_name(d: Decision) -> str:
     """Stable snake_case name (metric label, event field)."""
-    return {
-        NoAction: "no_action", Reprobe: "reprobe", Explained: "explained", RestartSame: "restart_same",
-        TryNextProfile: "try_next_profile", KeepFaster: "keep_faster", RetryPrimary: "retry_primary",
-    }[type(d)]
+    return _DECISION_NAMES[type(d)]
 
 
 Stage = Literal["idle", "restarted_same", "trying_next", "settled"]

@@ -9,7 +9,7 @@ lines, tracebacks. Log strings live in `engine.patterns`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -674,3 +674,21 @@ def summarize(events: Sequence[EngineEvent]) -> LogSummary:
         decode_cuda_graph=decode_graph,
         fix=None if root is None else P.FIX_HINTS.get(root.failure),
     )
+
+
+def parse_stream(read: Callable[[int], bytes], version: str | None = None,
+                 chunk: int = 1 << 20) -> list[EngineEvent]:
+    """Parse everything `read(n)` returns until it returns b"" (a file or stdin, in chunks)."""
+    splitter = LineSplitter()
+    parser = LogParser(version)
+    events: list[EngineEvent] = []
+    while True:
+        data = read(chunk)
+        if not data:
+            break
+        for line in splitter.feed(data):
+            events.extend(parser.feed_line(line))
+    for line in splitter.flush():
+        events.extend(parser.feed_line(line))
+    events.extend(parser.finish())
+    return events

@@ -318,6 +318,8 @@ class MetricsServer:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Accepted sockets inherit it on Linux: no Nagle delay on small streamed writes.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind((self.host, self.port))
             sock.listen(128)
             sock.setblocking(False)

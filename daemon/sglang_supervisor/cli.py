@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -122,8 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"sglang_supervisor.commands.{args.command}")
     try:
         code: int = module.main(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `render ... | head`: the reader went away, which is not an error of ours. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return code
 
 

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 
 from sglang_supervisor import __version__
-from sglang_supervisor.exitcodes import ExitCode
 
 DEFAULT_CONFIG = "/etc/sglang-supervisor/qwen.yaml"
 

@@ -382,6 +382,10 @@ def choose_next(
 
 # ----------------------------------------------------------------------------- the machine
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 @dataclass
 class Attempt:
     profile: str
@@ -767,16 +771,17 @@ class Lifecycle:
             acts += self._set_phase(Phase.READY, now)
             acts.append(MarkGood(self.profile or ""))
             acts.append(Log("supervisor.ready", "info", {
-                "profile": self.profile, "attempt": self.attempt, "tok_s": inp.tok_s,
-                "ttft_s": inp.ttft_s, "seconds": cur.seconds(now) if cur else None}))
+                "profile": self.profile, "attempt": self.attempt, "tok_s": _round(inp.tok_s, 1),
+                "ttft_s": _round(inp.ttft_s, 3), "seconds": cur.seconds(now) if cur else None}))
             acts.append(NotifyReady())
             self.ready_sent = True
             self._reload_pending = False
             acts += self._set_phase(Phase.SERVING, now)
             return acts
         if self.phase in UP_PHASES:
-            acts.append(Log("probe.ok", "info", {"profile": self.profile, "tok_s": inp.tok_s,
-                                                 "ttft_s": inp.ttft_s}))
+            acts.append(Log("probe.ok", "info", {"profile": self.profile,
+                                                 "tok_s": _round(inp.tok_s, 1),
+                                                 "ttft_s": _round(inp.ttft_s, 3)}))
             acts.append(NotifyStatus(self.status_text()))
         return acts
 

@@ -1,0 +1,375 @@
+"""`sglang-supervisor run` driving the simulator through every lifecycle path of issue 3.
+
+Each test starts the real daemon as a subprocess with a NOTIFY_SOCKET we own, reads its JSON log
+lines, and checks what systemd and an operator would see: READY/STOPPING/RELOADING datagrams,
+stable event names with their fields, exit codes, the persisted state, and that no engine
+process outlives a stop. Simulated time runs fast (SGLANG_SIM_TIME_SCALE); deadlines are generous
+so a loaded CI machine slows the tests down instead of failing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sglang_supervisor.config import default_demo_config_path
+from sglang_supervisor.process import group_members
+
+pytestmark = pytest.mark.integration
+
+TIME_SCALE = "0.02"
+DEADLINE_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base_config(workdir: Path, **timeouts: float) -> dict[str, Any]:
+    """demo.yaml made quick: fast simulated time, tiny probes, short timeouts, own ports and dirs."""
+    data = yaml.safe_load(default_demo_config_path().read_text())
+    data = copy.deepcopy(data)
+    eng = data["engine"]
+    eng["port"] = free_port()
+    eng["log_file"] = str(workdir / "engine.log")
+    eng.setdefault("env", {})["SGLANG_SIM_TIME_SCALE"] = TIME_SCALE
+    data["state_dir"] = str(workdir / "state")
+    data["runtime_dir"] = str(workdir / "run")
+    data["metrics"] = {"enabled": False}
+    data["probe"].update({"input_tokens": 16, "max_new_tokens": 8, "interval_s": 3600,
+                          "timeout_s": 10, "baseline_runs": 1})
+    data["timeouts"].update({"stall_s": 10, "start_s": 120, "ready_probe_s": 20, "drain_s": 3,
+                             "kill_s": 5, "gpu_release_s": 0, "health_interval_s": 1,
+                             "health_timeout_s": 2, "health_failures": 2, **timeouts})
+    data["restart"]["backoff_s"] = 0.1
+    return data
+
+
+def fault_first_profile(data: dict[str, Any], *specs: str) -> dict[str, Any]:
+    data["profiles"][0].setdefault("env", {})["SGLANG_SIM_FAULTS"] = ",".join(specs)
+    return data
+
+
+class Daemon:
+    """One `sglang-supervisor run` process, its notify socket and its JSON log."""
+
+    def __init__(self, workdir: Path, data: dict[str, Any], *extra: str) -> None:
+        self.workdir = workdir
+        self.config = workdir / "config.yaml"
+        self.write_config(data)
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="sn-", dir="/tmp"))
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.sock_dir / "n"))
+        self.sock.settimeout(0.2)
+        self.events: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.raw: list[str] = []
+        self._cv = threading.Condition()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SIM")}
+        env["NOTIFY_SOCKET"] = str(self.sock_dir / "n")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_supervisor", "run", "--config", str(self.config),
+             "--log-format", "json", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+        self._threads = [threading.Thread(target=self._read_log, daemon=True),
+                         threading.Thread(target=self._read_notify, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def write_config(self, data: dict[str, Any]) -> None:
+        self.config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def _read_log(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cv:
+                self.raw.append(line.rstrip("\n"))
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if isinstance(record, dict):
+                        self.events.append(record)
+                self._cv.notify_all()
+
+    def _read_notify(self) -> None:
+        while self.proc.poll() is None or self._pending_datagram():
+            try:
+                data = self.sock.recv(65536)
+            except (TimeoutError, OSError):
+                continue
+            with self._cv:
+                self.notes.extend(data.decode().splitlines())
+                self._cv.notify_all()
+
+    def _pending_datagram(self) -> bool:
+        return False
+
+    def wait_for(self, what: str, pred: Callable[[], Any], timeout: float = DEADLINE_S) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                got = pred()
+                if got:
+                    return got
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not pred()
+                                 and not self._threads[0].is_alive()):
+                    tail = "\n".join(self.raw[-40:])
+                    pytest.fail(f"timed out waiting for {what}; daemon rc={self.proc.poll()}\n{tail}")
+                self._cv.wait(min(left, 0.2))
+
+    def event(self, name: str, timeout: float = DEADLINE_S, after: int = 0, **fields: Any
+              ) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            for ev in self.events[after:]:
+                if ev.get("event") == name and all(ev.get(k) == v for k, v in fields.items()):
+                    return ev
+            return None
+
+        desc = name + "".join(f" {k}={v}" for k, v in fields.items())
+        result: dict[str, Any] = self.wait_for(desc, find, timeout)
+        return result
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        with self._cv:
+            return [e for e in self.events if e.get("event") == name]
+
+    def notified(self, text: str, count: int = 1, timeout: float = DEADLINE_S) -> None:
+        self.wait_for(f"{count}x {text} on NOTIFY_SOCKET",
+                      lambda: sum(1 for n in self.notes if n == text) >= count, timeout)
+
+    def exit_code(self, timeout: float = DEADLINE_S) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            tail = "\n".join(self.raw[-40:])
+            pytest.fail(f"the daemon did not exit within {timeout} s\n{tail}")
+
+    def engine_pids(self) -> list[int]:
+        return [int(e["pid"]) for e in self.named("engine.spawned")]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in self.engine_pids():  # never leave an engine behind, whatever failed
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.sock.close()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        d.close()
+
+
+def start(daemons: list[Daemon], workdir: Path, data: dict[str, Any], *extra: str) -> Daemon:
+    d = Daemon(workdir, data, *extra)
+    daemons.append(d)
+    return d
+
+
+def assert_no_engine_left(d: Daemon) -> None:
+    for pid in d.engine_pids():
+        assert group_members(pid) == [], f"processes of engine group {pid} outlived the stop"
+
+
+def stop_cleanly(d: Daemon) -> None:
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.exit_code() == 0
+    d.notified("STOPPING=1")
+    assert_no_engine_left(d)
+
+
+# ------------------------------------------------------------------------------------ tests
+
+def test_capture_success_ready_after_every_capture_and_probe(daemons, workdir) -> None:
+    d = start(daemons, workdir, base_config(workdir))
+    d.notified("READY=1")
+    ready = d.event("supervisor.ready")
+    assert ready["profile"] == "tuned" and ready["tok_s"] > 0
+    spawned = d.event("engine.spawned")
+    ends = d.named("engine.capture_end")
+    # TP 2 with NEXTN: verify + prefill on both ranks, draft prefill on both, draft decode and
+    # extend on TP0: every expected capture ended before READY.
+    assert len(ends) >= spawned["captures_expected"] > 0
+    order = [e["event"] for e in d.events]
+    assert order.index("engine.ready") < order.index("supervisor.ready")
+    assert max(i for i, n in enumerate(order) if n == "engine.capture_end") < order.index(
+        "supervisor.ready")
+    assert any(n.startswith("STATUS=") and "profile=tuned" in n for n in d.notes)
+    state = json.loads((workdir / "state" / "state.json").read_text())
+    assert "tuned" in json.dumps(state)
+    log_text = (workdir / "engine.log").read_text()
+    assert "The server is fired up and ready to roll!" in log_text
+    stop_cleanly(d)
+
+
+@pytest.mark.parametrize(("fault", "failure_class", "next_profile"), [
+    ("capture-fail:prefill", "prefill_graph_failed", "no-prefill-graph"),
+    ("capture-fail:verify:oom", "capture_oom", "low-mem"),
+    ("capture-fail:verify:error", "capture_failed", "no-prefill-graph"),
+    ("capture-fail:draft-extend", "draft_capture_failed", "no-spec"),
+    ("kv-oom", "kv_cache_oom", "no-prefill-graph"),
+])
+def test_failed_start_falls_back_by_remediation(daemons, workdir, fault, failure_class,
+                                                next_profile) -> None:
+    d = start(daemons, workdir, fault_first_profile(base_config(workdir), fault))
+    fb = d.event("profile.fallback")
+    assert (fb["from_profile"], fb["failure_class"], fb["to_profile"]) == (
+        "tuned", failure_class, next_profile)
+    d.notified("READY=1")
+    assert d.event("supervisor.ready")["profile"] == next_profile
+    failed = d.event("engine.failed", profile="tuned")
+    assert failed["failure_class"] == failure_class and failed["seconds"] >= 0
+    stop_cleanly(d)
+
+
+def test_crash_after_ready_same_profile_once_then_next(daemons, workdir) -> None:
+    d = start(daemons, workdir, fault_first_profile(base_config(workdir), "crash@50"))
+    retry = d.event("profile.retry_same")
+    assert retry["profile"] == "tuned"
+    fb = d.event("profile.fallback")
+    assert fb["from_profile"] == "tuned" and fb["to_profile"] == "no-prefill-graph"
+    d.notified("READY=1", count=3)  # tuned, tuned again, then no-prefill-graph
+    assert d.named("supervisor.ready")[-1]["profile"] == "no-prefill-graph"
+    stop_cleanly(d)
+
+
+def test_hang_during_capture_is_detected_and_falls_back(daemons, workdir) -> None:
+    data = fault_first_profile(base_config(workdir, stall_s=2), "hang:capture")
+    d = start(daemons, workdir, data)
+    hang = d.event("engine.hang")
+    assert hang["profile"] == "tuned"
+    fb = d.event("profile.fallback")
+    assert fb["failure_class"] == "hang"
+    d.notified("READY=1")
+    stop_cleanly(d)
+
+
+def test_hang_while_serving_is_wedged_and_restarted(daemons, workdir) -> None:
+    data = fault_first_profile(base_config(workdir), "hang:serving@25")
+    data["restart"]["same_profile_retries"] = 0
+    d = start(daemons, workdir, data)
+    d.notified("READY=1")
+    assert d.event("engine.wedged")["profile"] == "tuned"
+    fb = d.event("profile.fallback")
+    assert fb["failure_class"] == "wedged"
+    d.notified("READY=1", count=2)
+    stop_cleanly(d)
+
+
+@pytest.mark.parametrize("phase_event", [
+    "engine.spawned", "engine.weights_begin", "engine.capture_begin", "supervisor.ready",
+])
+def test_sigterm_in_each_phase_exits_zero_and_leaves_nothing(daemons, workdir, phase_event) -> None:
+    d = start(daemons, workdir, base_config(workdir))
+    d.event(phase_event)
+    stop_cleanly(d)
+    assert d.event("supervisor.exit")["code"] == 0
+
+
+def test_sighup_unchanged_changed_and_broken(daemons, workdir) -> None:
+    data = base_config(workdir)
+    d = start(daemons, workdir, data)
+    d.notified("READY=1")
+    first_pid = d.engine_pids()[0]
+
+    d.proc.send_signal(signal.SIGHUP)
+    d.event("supervisor.reload", changed=False)
+    d.notified("READY=1", count=2)
+    assert d.engine_pids() == [first_pid]
+
+    d.config.write_text("engine: [this is not a mapping\n")
+    n = len(d.events)
+    d.proc.send_signal(signal.SIGHUP)
+    d.event("supervisor.reload_failed", after=n)
+    assert d.engine_pids() == [first_pid] and d.proc.poll() is None
+
+    changed = copy.deepcopy(data)
+    changed["profiles"][0]["args"]["mem-fraction-static"] = 0.85
+    d.write_config(changed)
+    d.proc.send_signal(signal.SIGHUP)
+    d.event("supervisor.reload", changed=True)
+    d.wait_for("a second engine", lambda: len(d.engine_pids()) == 2)
+    d.notified("RELOADING=1", count=2)
+    d.notified("READY=1", count=4)  # start, unchanged reload, failed reload, changed reload
+    assert d.named("supervisor.ready")[-1]["profile"] == "tuned"
+    assert group_members(first_pid) == []
+    stop_cleanly(d)
+
+
+def test_good_and_bad_profiles_persist_across_restarts(daemons, workdir) -> None:
+    data = fault_first_profile(base_config(workdir), "capture-fail:prefill")
+    d = start(daemons, workdir, data)
+    d.notified("READY=1")
+    stop_cleanly(d)
+
+    d2 = start(daemons, workdir, data)
+    launch = d2.event("engine.launch")
+    assert launch["profile"] == "no-prefill-graph" and launch["reason"] == "last known good"
+    assert d2.event("profile.known_bad_skipped")["profile"] == "tuned"
+    d2.notified("READY=1")
+    stop_cleanly(d2)
+
+    d3 = start(daemons, workdir, data, "--retry-known-bad")
+    d3.notified("READY=1")
+    assert not d3.named("profile.known_bad_skipped")
+    stop_cleanly(d3)
+
+
+def test_every_profile_failing_exits_69(daemons, workdir) -> None:
+    data = base_config(workdir)
+    data["engine"]["env"]["SGLANG_SIM_FAULTS"] = "crash:load"
+    d = start(daemons, workdir, data)
+    assert d.exit_code() == 69
+    launched = [e["profile"] for e in d.named("engine.launch")]
+    assert launched == [p["name"] for p in data["profiles"]]
+    assert d.event("supervisor.exit")["code"] == 69
+    assert not any(n == "READY=1" for n in d.notes)
+    assert_no_engine_left(d)
+
+
+@pytest.mark.parametrize("breakage", ["unknown_key", "removed_flag"])
+def test_bad_config_exits_78_with_a_clear_report(daemons, workdir, breakage) -> None:
+    data = base_config(workdir)
+    if breakage == "unknown_key":
+        data["timeouts"]["stal_s"] = 3
+    else:
+        data["profiles"][1]["args"]["definitely-not-a-flag"] = True
+    d = start(daemons, workdir, data)
+    assert d.exit_code() == 78
+    text = "\n".join(d.raw)
+    assert "fix" in text and "Traceback" not in text
+    assert not d.named("engine.launch")

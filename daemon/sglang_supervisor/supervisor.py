@@ -252,7 +252,6 @@ class Supervisor:
         self._capture_seconds: dict[str, float] = {}
         self._client: httpx.AsyncClient | None = None
         self._metrics_server: MetricsServer | None = None
-        self._reloading = False
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -677,11 +676,11 @@ class Supervisor:
 
     def _on_ready(self) -> None:
         self.notifier.ready(self.lifecycle.status_text())
-        if self._reloading:
-            self._reloading = False
-        self._stop_serving_tasks()
-        self._health_task = asyncio.ensure_future(self._health_loop(self.lifecycle.attempt))
-        if self._monitor is not None and self.config.probe.enabled:
+        # READY=1 also ends a reload that kept the engine: the loops may already be running.
+        if self._health_task is None or self._health_task.done():
+            self._health_task = asyncio.ensure_future(self._health_loop(self.lifecycle.attempt))
+        if self._monitor is not None and self.config.probe.enabled and (
+                self._monitor_task is None or self._monitor_task.done()):
             self._monitor_task = asyncio.ensure_future(self._monitor.run())
         if self.opts.exit_after_ready:
             assert self._loop is not None
@@ -756,7 +755,6 @@ class Supervisor:
         self.config = config
         if prepared.api_key:
             set_redactions([prepared.api_key])
-        self._reloading = changed and ready
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))
 
     def _reload_version(self, config: Config) -> str:

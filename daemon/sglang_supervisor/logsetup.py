@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import queue
+import re
 import socket
 import stat
 import struct
@@ -84,6 +85,9 @@ def _escape_controls(text: str) -> str:
     return "".join(out)
 
 
+_NEEDS_QUOTES = re.compile(r'[ ="\\]')
+
+
 def logfmt_value(value: object) -> str:
     """One logfmt value: bare when safe, else double-quoted; never contains a line break."""
     if value is None:
@@ -91,10 +95,12 @@ def logfmt_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     text = str(value)
-    quote = text == "" or any(c in text for c in ' ="\\') or not text.isprintable()
-    if not quote:
+    if text and text.isprintable() and _NEEDS_QUOTES.search(text) is None:
         return text
-    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    if "\\" in text:
+        text = text.replace("\\", "\\\\")
+    if '"' in text:
+        text = text.replace('"', '\\"')
     return '"' + _escape_controls(text) + '"'
 
 

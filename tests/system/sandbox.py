@@ -334,12 +334,25 @@ class Sandbox:
         return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
     def unit_pids(self, unit: str) -> list[int]:
-        """Host PIDs of every process in the unit's cgroup (read from the host's cgroup2 tree)."""
+        """PIDs (in the sandbox's namespace, as MainPID) of every process in the unit's cgroup."""
         cg = self.prop(unit, "ControlGroup")
         if not cg:
             return []
-        path = self.cgroup / cg.lstrip("/")
-        return _cgroup_procs(path) if path.exists() else []
+        out = self.run("sh", "-c", f"cat $(find /sys/fs/cgroup{cg} -name cgroup.procs) 2>/dev/null",
+                       check=False).stdout
+        return sorted(int(x) for x in out.split())
+
+    def alive(self, pids: Sequence[int]) -> list[int]:
+        """The sandbox PIDs that still exist and are not zombies (read through its /proc)."""
+        out = []
+        for pid in pids:
+            try:
+                stat = (self.root / "proc" / str(pid) / "stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(pid)
+        return out
 
 
 @contextlib.contextmanager
@@ -351,15 +364,3 @@ def booted(name: str) -> Iterator[Sandbox]:
     finally:
         box.down()
 
-
-def alive(pids: Sequence[int]) -> list[int]:
-    """The PIDs that still exist and are not zombies."""
-    out = []
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z":
-            out.append(pid)
-    return out

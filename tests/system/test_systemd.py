@@ -1,0 +1,313 @@
+"""The Debian package under a real systemd (PID 1 of its own namespaces) with journald.
+
+In order, on one sandbox: the package installs the user, units and configuration without starting
+anything; a broken configuration fails with status 78 and is not restarted; sglang-qwen on the
+demo configuration (simulator engine) is `activating` while capturing and `active` only after
+capture and the first probe, says phase/profile/tok/s in StatusText and logs structured events
+and engine lines to the journal; an engine hang is handled by the supervisor; a killed supervisor
+is restarted by systemd with no old engine process left; a frozen supervisor trips WatchdogSec;
+reload re-reads the configuration; stop drains within TimeoutStopSec; an upgrade keeps the edited
+configuration; purge removes state; install.sh/uninstall.sh do the same job without a package.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from system.sandbox import Sandbox
+
+pytestmark = pytest.mark.system
+
+UNIT = "sglang-qwen.service"
+ETC = Path("/etc/sglang-supervisor")
+QWEN_YAML = ETC / "qwen.yaml"
+BROKEN = "systest-broken"
+REPO = Path(__file__).resolve().parents[2]
+# generous bounds, so a slow CI machine is not a failure; the simulator's clock runs fast
+START_S = 120.0
+# the test drop-in: fast simulator, fast restarts, no start limit (tests restart on purpose)
+TEST_DROPIN = """[Unit]
+StartLimitIntervalSec=0
+[Service]
+Environment=SGLANG_SIM_TIME_SCALE=0.05
+RestartSec=1s
+TimeoutAbortSec=10s
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def demo_config(**overrides: Any) -> dict[str, Any]:
+    """The packaged demo configuration, placed where the unit's directories are."""
+    cfg: dict[str, Any] = yaml.safe_load((ETC / "demo.yaml").read_text())
+    cfg["name"] = "qwen"
+    cfg["state_dir"] = "/var/lib/sglang-supervisor"
+    cfg["engine"]["port"] = free_port()
+    cfg["engine"]["log_file"] = "/var/log/sglang-supervisor/qwen-engine.log"
+    cfg["metrics"]["address"] = f"127.0.0.1:{free_port()}"
+    cfg["logging"]["format"] = "journald"
+    # an engine that stops answering is noticed within seconds
+    cfg["timeouts"].update(health_interval_s=1, health_timeout_s=2, health_failures=2, drain_s=5, kill_s=5)
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
+def write_config(cfg: dict[str, Any]) -> None:
+    QWEN_YAML.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
+def events(box: Sandbox, unit: str = UNIT, since_cursor: str | None = None) -> list[dict[str, Any]]:
+    args = [f"--after-cursor={since_cursor}"] if since_cursor else []
+    return box.journal(*args, unit=unit)
+
+
+def cursor(box: Sandbox) -> str:
+    entries = box.journal("-n", "1")
+    return str(entries[-1]["__CURSOR"]) if entries else ""
+
+
+def named(entries: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [e for e in entries if e.get("EVENT") == event]
+
+
+def engine_pids(box: Sandbox) -> list[int]:
+    main = int(box.prop(UNIT, "MainPID") or 0)
+    return [p for p in box.unit_pids(UNIT) if p != main]
+
+
+def seconds(box: Sandbox, timespan: str) -> float:
+    """systemd's '1min 30s' as seconds (systemd-analyze parses its own format)."""
+    out = box.run("systemd-analyze", "timespan", timespan).stdout
+    match = re.search(r"μs: (\d+)", out)
+    assert match, out
+    return int(match.group(1)) / 1e6
+
+
+def wait_active(box: Sandbox, timeout: float = START_S) -> None:
+    def state() -> bool:
+        s = box.prop(UNIT, "ActiveState")
+        assert s != "failed", box.systemctl("status", UNIT, check=False)
+        return s == "active"
+
+    box.wait_for(f"{UNIT} active", state, timeout)
+
+
+@pytest.fixture(scope="module")
+def box(installed: Sandbox) -> Iterator[Sandbox]:
+    installed.dropin(UNIT, "50-systest", TEST_DROPIN)
+    installed.dropin(f"sglang-supervisor@{BROKEN}.service", "50-systest", TEST_DROPIN)
+    yield installed
+    installed.systemctl("stop", UNIT, f"sglang-supervisor@{BROKEN}.service", check=False)
+    (ETC / f"{BROKEN}.yaml").unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------- install
+def test_package_installs_user_units_and_config_but_starts_nothing(box: Sandbox) -> None:
+    assert box.run("id", "-u", "sglang").stdout.strip().isdigit()
+    assert box.prop(UNIT, "FragmentPath") == f"/lib/systemd/system/{UNIT}"
+    assert box.prop(UNIT, "ActiveState") == "inactive"
+    assert box.systemctl("is-enabled", UNIT, check=False).strip() == "disabled"
+    conffiles = box.run("dpkg-query", "-W", "-f=${Conffiles}", "sglang-supervisor").stdout
+    assert str(QWEN_YAML) in conffiles and str(ETC / "demo.yaml") in conffiles
+    version = box.run("sglang-supervisor", "--version").stdout
+    assert "sglang-supervisor" in version
+
+
+def test_broken_config_fails_with_78_and_is_not_restarted(box: Sandbox) -> None:
+    unit = f"sglang-supervisor@{BROKEN}.service"
+    (ETC / f"{BROKEN}.yaml").write_text("name: broken\nengine: 3\n")
+    box.systemctl("start", unit, check=False)
+    box.wait_for("the unit to fail", lambda: box.prop(unit, "ActiveState") == "failed", 60)
+    time.sleep(3)  # > RestartSec of the test drop-in: a restart would have happened by now
+    props = box.show(unit, "ActiveState", "ExecMainStatus", "Result", "NRestarts")
+    assert props == {"ActiveState": "failed", "ExecMainStatus": "78", "Result": "exit-code", "NRestarts": "0"}
+    text = " ".join(str(e.get("MESSAGE", "")) for e in box.journal(unit=unit))
+    assert "engine" in text  # the report names the offending key
+
+
+# ---------------------------------------------------------------------------------- lifecycle
+def test_start_is_activating_while_capturing_and_active_after_the_first_probe(box: Sandbox) -> None:
+    write_config(demo_config())
+    box.systemctl("start", "--no-block", UNIT)
+    seen: list[tuple[str, str]] = []
+
+    def sample() -> bool:
+        p = box.show(UNIT, "ActiveState", "StatusText")
+        seen.append((p["ActiveState"], p["StatusText"]))
+        assert p["ActiveState"] != "failed", box.systemctl("status", UNIT, check=False)
+        return p["ActiveState"] == "active"
+
+    box.wait_for("active", sample, START_S, interval=0.05)
+    assert any(state == "activating" and "capturing" in status for state, status in seen), seen
+    entries = box.journal(unit=UNIT)
+    started = [e for e in entries if str(e.get("MESSAGE", "")).startswith("Started ")]
+    assert started, "systemd logged no 'Started' line"
+    ready_at = int(started[-1]["__REALTIME_TIMESTAMP"])
+    capture_end = named(entries, "engine.capture_end")
+    probe_ok = named(entries, "probe.ok")
+    assert capture_end and probe_ok
+    assert max(int(e["__REALTIME_TIMESTAMP"]) for e in capture_end) <= ready_at
+    assert int(probe_ok[0]["__REALTIME_TIMESTAMP"]) <= ready_at
+
+
+def test_status_text_shows_phase_profile_and_tokens_per_second(box: Sandbox) -> None:
+    status = box.prop(UNIT, "StatusText")
+    assert re.match(r"(ready|serving) profile=[a-z0-9_.-]+ tok/s=\d+(\.\d+)?", status), status
+
+
+def test_journal_holds_structured_events_and_engine_lines_at_their_priorities(box: Sandbox) -> None:
+    entries = box.journal(unit=UNIT)
+    launch = named(entries, "engine.launch") or named(entries, "engine.spawned")
+    assert launch, sorted({str(e.get("EVENT")) for e in entries})
+    assert launch[0].get("PROFILE"), launch[0]  # the event's fields are journal fields
+    assert launch[0]["SYSLOG_IDENTIFIER"] == "sglang-supervisor"
+    engine = [e for e in entries if e.get("SOURCE") == "engine"]
+    assert engine, "no engine output in the journal"
+    assert {e["PRIORITY"] for e in engine} >= {"6"}
+    assert any("fired up and ready to roll" in str(e.get("MESSAGE", "")) for e in engine)
+    # the supervisor's own warnings and errors carry their priority (journalctl -p works)
+    assert all(e["PRIORITY"] in {"0", "1", "2", "3", "4", "5", "6", "7"} for e in entries if e.get("EVENT"))
+
+
+def test_engine_hang_is_detected_and_the_supervisor_restarts_the_engine(box: Sandbox) -> None:
+    before = box.show(UNIT, "NRestarts", "MainPID")
+    old = engine_pids(box)
+    assert old, "no engine process in the unit"
+    mark = cursor(box)
+    box.run("kill", "-STOP", *map(str, old))
+    try:
+        box.wait_for("a new engine", lambda: set(engine_pids(box)) - set(old), START_S)
+    finally:
+        box.run("kill", "-CONT", *map(str, box.alive(old)), check=False)
+    wait_active(box)
+    assert box.show(UNIT, "NRestarts", "MainPID") == before  # the supervisor did it, not systemd
+    new_events = {e.get("EVENT") for e in events(box, since_cursor=mark)}
+    assert new_events & {"engine.wedged", "engine.hang", "engine.failed"}, new_events
+    box.wait_for("old engine gone", lambda: not box.alive(old), 30)
+
+
+def test_killed_supervisor_is_restarted_by_systemd_and_no_old_engine_survives(box: Sandbox) -> None:
+    restarts = int(box.prop(UNIT, "NRestarts"))
+    main = box.prop(UNIT, "MainPID")
+    old = engine_pids(box)
+    box.run("kill", "-KILL", main)
+    box.wait_for("systemd restart", lambda: int(box.prop(UNIT, "NRestarts")) > restarts, 60)
+    box.wait_for("old engine gone", lambda: not box.alive(old), 60)
+    wait_active(box)
+    assert box.prop(UNIT, "MainPID") != main
+    assert engine_pids(box) and not set(engine_pids(box)) & set(old)
+
+
+def test_frozen_supervisor_trips_the_watchdog(box: Sandbox) -> None:
+    box.dropin(UNIT, "60-watchdog", "[Service]\nWatchdogSec=3s\n")
+    box.systemctl("restart", UNIT, timeout=START_S)
+    wait_active(box)
+    restarts = int(box.prop(UNIT, "NRestarts"))
+    mark = cursor(box)
+    box.run("kill", "-STOP", box.prop(UNIT, "MainPID"))
+    box.wait_for("watchdog restart", lambda: int(box.prop(UNIT, "NRestarts")) > restarts, 60)
+    messages = " ".join(str(e.get("MESSAGE", "")) for e in events(box, since_cursor=mark))
+    assert "Watchdog timeout" in messages
+    wait_active(box)
+    (box.root / f"run/systemd/system/{UNIT}.d/60-watchdog.conf").unlink()
+    box.systemctl("daemon-reload")
+
+
+def test_reload_rereads_the_configuration(box: Sandbox) -> None:
+    wait_active(box)
+    main = box.prop(UNIT, "MainPID")
+    old = engine_pids(box)
+    cfg = demo_config()
+    cfg["engine"]["port"] = yaml.safe_load(QWEN_YAML.read_text())["engine"]["port"]
+    cfg["engine"]["env"] = {"SYSTEST_RELOADED": "1"}  # changes the engine's environment
+    write_config(cfg)
+    mark = cursor(box)
+    box.systemctl("reload", UNIT, timeout=START_S)
+    assert named(events(box, since_cursor=mark), "supervisor.reload")
+
+    def reloaded_engine() -> bool:
+        for pid in set(engine_pids(box)) - set(old):
+            with_env = box.run("cat", f"/proc/{pid}/environ", check=False).stdout
+            if "SYSTEST_RELOADED=1" in with_env:
+                return True
+        return False
+
+    box.wait_for("an engine started with the new configuration", reloaded_engine, START_S)
+    wait_active(box)
+    assert box.prop(UNIT, "MainPID") == main  # a reload, not a restart of the unit
+
+
+def test_stop_drains_and_leaves_no_process_within_timeout_stop(box: Sandbox) -> None:
+    wait_active(box)
+    pids = box.unit_pids(UNIT)
+    limit = seconds(box, box.prop(UNIT, "TimeoutStopUSec"))
+    assert limit >= 60
+    t0 = time.monotonic()
+    mark = cursor(box)
+    box.systemctl("stop", UNIT, timeout=limit + 30)
+    took = time.monotonic() - t0
+    props = box.show(UNIT, "ActiveState", "Result", "ExecMainStatus")
+    assert props == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}, props
+    assert took < limit
+    assert not box.alive(pids)
+    names = [e.get("EVENT") for e in events(box, since_cursor=mark)]
+    assert "supervisor.stopping" in names and "engine.stopped" in names, names
+
+
+# ---------------------------------------------------------------------------------- packaging
+def test_upgrade_keeps_the_edited_configuration(box: Sandbox, deb: Path, tmp_path: Path) -> None:
+    edited = QWEN_YAML.read_bytes()
+    unpacked = tmp_path / "pkg"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True)
+    control = unpacked / "DEBIAN" / "control"
+    version = re.search(r"^Version: (.+)$", control.read_text(), re.M)
+    assert version
+    newer = f"{version.group(1)}+systest1"
+    control.write_text(control.read_text().replace(f"Version: {version.group(1)}", f"Version: {newer}"))
+    upgrade = tmp_path / "upgrade.deb"
+    subprocess.run(["dpkg-deb", "-b", "-Zgzip", "-z1", str(unpacked), str(upgrade)], check=True,
+                   capture_output=True)
+    box.run("dpkg", "-i", str(upgrade), timeout=300)
+    assert box.run("dpkg-query", "-W", "-f=${Version}", "sglang-supervisor").stdout == newer
+    assert QWEN_YAML.read_bytes() == edited
+    assert box.prop(UNIT, "LoadState") == "loaded"
+
+
+def test_purge_removes_state_configuration_and_virtualenv(box: Sandbox) -> None:
+    box.run("mkdir", "-p", "/var/lib/sglang-supervisor", "/var/log/sglang-supervisor")
+    box.run("dpkg", "--purge", "sglang-supervisor", timeout=300)
+    for path in ("/var/lib/sglang-supervisor", "/var/log/sglang-supervisor", "/var/cache/sglang-supervisor",
+                 "/etc/sglang-supervisor", "/opt/venvs/sglang-supervisor", f"/lib/systemd/system/{UNIT}"):
+        assert not Path(path).exists(), path
+    assert box.prop(UNIT, "LoadState") == "not-found"
+
+
+def test_install_script_is_idempotent_and_uninstall_purges(box: Sandbox) -> None:
+    if shutil.which("python3") is None:
+        pytest.skip("no python3")
+    for _ in range(2):
+        box.run(str(REPO / "scripts" / "install.sh"), timeout=600)
+    assert box.prop(UNIT, "FragmentPath") == f"/usr/local/lib/systemd/system/{UNIT}"
+    assert box.run("/usr/local/bin/sglang-supervisor", "--version").returncode == 0
+    assert QWEN_YAML.exists()
+    box.run(str(REPO / "scripts" / "uninstall.sh"), "--purge", timeout=120)
+    for path in ("/opt/venvs/sglang-supervisor", "/usr/local/lib/systemd/system/sglang-qwen.service",
+                 "/etc/sglang-supervisor", "/usr/local/sbin/sglang-model"):
+        assert not Path(path).exists(), path
+    assert box.run("id", "sglang", check=False).returncode != 0

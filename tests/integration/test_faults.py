@@ -1,0 +1,493 @@
+"""The fault matrix (docs/FAULTS.md): `sglang-supervisor run` over the simulator, one fault each.
+
+Every test starts the real daemon as a subprocess with a NOTIFY_SOCKET it owns and checks what
+systemd and an operator would see: READY=1 (or not), the exit code, stable log events, and that no
+engine process outlives the supervisor. Faults come from the simulator's fault grammar, from a
+shell prelude in front of the engine command (garbage output), from the environment (a taken port,
+a broken stdout, a fake NVML reporting a foreign GPU process, a wall clock that jumps) or from
+signals. Simulated time is fast; deadlines are generous so a loaded machine slows the tests down
+instead of failing them (no timing thresholds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sglang_supervisor.config import default_demo_config_path
+from sglang_supervisor.process import group_members
+
+pytestmark = pytest.mark.integration
+
+TIME_SCALE = "0.02"
+DEADLINE_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def config(workdir: Path, *faults: str, **timeouts: float) -> dict[str, Any]:
+    """demo.yaml made quick and private: fast simulated time, tiny probes, own ports and dirs.
+    `faults` go to the first profile's engine only (SGLANG_SIM_FAULTS)."""
+    data = copy.deepcopy(yaml.safe_load(default_demo_config_path().read_text()))
+    eng = data["engine"]
+    eng["port"] = free_port()
+    eng["log_file"] = str(workdir / "engine.log")
+    eng.setdefault("env", {})["SGLANG_SIM_TIME_SCALE"] = TIME_SCALE
+    data["state_dir"] = str(workdir / "state")
+    data["runtime_dir"] = str(workdir / "run")
+    data["metrics"] = {"enabled": False}
+    data["probe"].update({"input_tokens": 16, "max_new_tokens": 8, "interval_s": 3600,
+                          "timeout_s": 10, "baseline_runs": 1})
+    data["timeouts"].update({"stall_s": 10, "start_s": 120, "ready_probe_s": 20, "drain_s": 3,
+                             "kill_s": 5, "gpu_release_s": 0, "health_interval_s": 1,
+                             "health_timeout_s": 2, "health_failures": 2, **timeouts})
+    data["restart"]["backoff_s"] = 0.1
+    if faults:
+        data["profiles"][0].setdefault("env", {})["SGLANG_SIM_FAULTS"] = ",".join(faults)
+    return data
+
+
+def with_prelude(data: dict[str, Any], script: str) -> dict[str, Any]:
+    """Run `script` (sh) in the engine's place first, then exec the real engine command."""
+    data["engine"]["command"] = ["sh", "-c", script + '\nexec "$@"', "sh", *data["engine"]["command"]]
+    return data
+
+
+class Daemon:
+    """One `sglang-supervisor run`: its notify socket, its JSON log lines, its exit code."""
+
+    def __init__(self, workdir: Path, data: dict[str, Any], *, stdout: Any = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.config_path = workdir / "config.yaml"
+        self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="sn-", dir="/tmp"))
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.sock_dir / "n"))
+        self.sock.settimeout(0.2)
+        self.events: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.raw: list[str] = []
+        self._cv = threading.Condition()
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SIM")}
+        full_env.update({"NOTIFY_SOCKET": str(self.sock_dir / "n"), "PYTHONUNBUFFERED": "1"})
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang_supervisor", "run", "--config", str(self.config_path),
+             "--log-format", "json"],
+            stdout=subprocess.PIPE if stdout is None else stdout,
+            stderr=subprocess.STDOUT if stdout is None else stdout, env=full_env, text=True)
+        self._threads = [threading.Thread(target=self._read_notify, daemon=True)]
+        if stdout is None:
+            self._threads.append(threading.Thread(target=self._read_log, daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cv:
+                self.raw.append(line.rstrip("\n"))
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if isinstance(record, dict):
+                        self.events.append(record)
+                self._cv.notify_all()
+
+    def _read_notify(self) -> None:
+        while self.proc.poll() is None:
+            try:
+                data = self.sock.recv(65536)
+            except (TimeoutError, OSError):
+                continue
+            with self._cv:
+                self.notes.extend(data.decode().splitlines())
+                self._cv.notify_all()
+
+    def wait_for(self, what: str, pred: Callable[[], Any], timeout: float = DEADLINE_S) -> Any:
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                got = pred()
+                if got:
+                    return got
+                if time.monotonic() > deadline or (self.proc.poll() is not None and not any(
+                        t.is_alive() for t in self._threads[1:])):
+                    got = pred()
+                    if got:
+                        return got
+                    tail = "\n".join(self.raw[-40:])
+                    pytest.fail(f"gave up waiting for {what}; daemon rc={self.proc.poll()}\n{tail}")
+                self._cv.wait(0.2)
+
+    def event(self, name: str, timeout: float = DEADLINE_S, **fields: Any) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            return next((e for e in self.events if e.get("event") == name
+                         and all(e.get(k) == v for k, v in fields.items())), None)
+
+        result: dict[str, Any] = self.wait_for(name + repr(fields), find, timeout)
+        return result
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        with self._cv:
+            return [e for e in self.events if e.get("event") == name]
+
+    def notified(self, text: str, timeout: float = DEADLINE_S) -> None:
+        self.wait_for(f"{text} on NOTIFY_SOCKET", lambda: text in self.notes, timeout)
+
+    def exit_code(self, timeout: float = DEADLINE_S) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the daemon did not exit in time\n" + "\n".join(self.raw[-40:]))
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.exit_code()
+
+    def engine_pids(self) -> list[int]:
+        return [int(e["pid"]) for e in self.named("engine.spawned")]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in self.engine_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.sock.close()
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        d.close()
+
+
+def start(daemons: list[Daemon], workdir: Path, data: dict[str, Any], **kw: Any) -> Daemon:
+    d = Daemon(workdir, data, **kw)
+    daemons.append(d)
+    return d
+
+
+def wait_gone(pgids: list[int], timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while any(group_members(p) for p in pgids):
+        if time.monotonic() > deadline:
+            pytest.fail(f"engine processes left behind: {[group_members(p) for p in pgids]}")
+        time.sleep(0.1)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
+
+
+def ready_then_clean_stop(d: Daemon) -> None:
+    d.notified("READY=1")
+    pids = d.engine_pids()
+    assert d.stop() == 0
+    assert "STOPPING=1" in d.notes
+    wait_gone(pids, timeout=5)  # the supervisor itself verified this before exiting 0
+
+
+# -- crash and hang in each phase --------------------------------------------------------------
+
+@pytest.mark.parametrize(("fault", "failure_class"), [
+    ("crash:load", None),
+    ("crash:capture", None),
+    ("warmup-fail", "warmup_failed"),
+])
+def test_crash_in_each_startup_phase_falls_back(daemons: list[Daemon], tmp_path: Path, fault: str,
+                                                failure_class: str | None) -> None:
+    d = start(daemons, tmp_path, config(tmp_path, fault))
+    failed = d.event("engine.failed", profile="tuned")
+    if failure_class is not None:
+        assert failed["failure_class"] == failure_class
+    fb = d.event("profile.fallback")
+    assert fb["from_profile"] == "tuned" and fb["to_profile"] != "tuned"
+    d.event("supervisor.ready")
+    ready_then_clean_stop(d)
+
+
+def test_hang_during_weight_load_is_detected_and_falls_back(daemons: list[Daemon], tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path, "hang:load", stall_s=2))
+    hang = d.event("engine.hang")
+    assert hang["profile"] == "tuned"
+    fb = d.event("profile.fallback")
+    assert fb["failure_class"] == "hang"
+    assert d.event("supervisor.ready")["profile"] != "tuned"
+    ready_then_clean_stop(d)
+
+
+# -- the engine's environment ------------------------------------------------------------------
+
+def test_engine_port_already_in_use_exits_temporary(daemons: list[Daemon], tmp_path: Path) -> None:
+    data = config(tmp_path)
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", data["engine"]["port"]))
+        squatter.listen()
+        d = start(daemons, tmp_path, data)
+        assert d.exit_code() == 75  # EX_TEMPFAIL: systemd retries later, no profile is blamed
+    assert "READY=1" not in d.notes
+    exit_ev = d.event("supervisor.exit")
+    assert exit_ev["code"] == 75
+    assert StateKnownBad(tmp_path).profiles() == set()
+
+
+class StateKnownBad:
+    def __init__(self, workdir: Path) -> None:
+        self.path = workdir / "state" / "state.json"
+
+    def profiles(self) -> set[str]:
+        if not self.path.exists():
+            return set()
+        data = json.loads(self.path.read_text())
+        return {p for fp in data["fingerprints"].values() for p in fp["bad"]}
+
+
+FAKE_NVML = '''
+"""A fake NVML: one H200 whose memory is held by a foreign process (pid {pid})."""
+from types import SimpleNamespace
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit():
+    return None
+
+
+def nvmlShutdown():
+    return None
+
+
+def nvmlDeviceGetCount():
+    return 1
+
+
+def nvmlDeviceGetHandleByIndex(i):
+    return ("gpu", i)
+
+
+def nvmlSystemGetDriverVersion():
+    return "580.65.06"
+
+
+def nvmlDeviceGetName(h):
+    return "NVIDIA H200"
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    return SimpleNamespace(used=60 << 30, total=141 << 30, free=81 << 30)
+
+
+def nvmlDeviceGetComputeRunningProcesses(h):
+    return [SimpleNamespace(pid={pid}, usedGpuMemory=60 << 30)]
+
+
+def __getattr__(name):
+    if name.startswith("NVML_"):
+        return 0
+
+    def unsupported(*args):
+        raise NVMLError(name + " is not supported by this fake")
+    return unsupported
+'''
+
+
+def test_gpu_memory_held_by_a_foreign_process_exits_temporary(daemons: list[Daemon], tmp_path: Path) -> None:
+    fake = tmp_path / "fakenvml"
+    fake.mkdir()
+    foreign = subprocess.Popen(["sleep", "300"])  # the "foreign" GPU user, outside our engine
+    try:
+        (fake / "pynvml.py").write_text(FAKE_NVML.format(pid=foreign.pid))
+        pythonpath = os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])
+        d = start(daemons, tmp_path, config(tmp_path), env={"PYTHONPATH": pythonpath})
+        assert d.exit_code() == 75
+        busy = d.event("gpu.busy")
+        assert str(foreign.pid) in json.dumps(busy)
+        assert d.engine_pids() == []  # never started an engine onto a busy GPU
+        assert "READY=1" not in d.notes
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_engine_that_ignores_sigterm_is_killed_with_its_group(daemons: list[Daemon], tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path, "ignore-sigterm", drain_s=1, kill_s=5))
+    d.notified("READY=1")
+    pids = d.engine_pids()
+    assert d.stop() == 0
+    stopped = d.event("engine.stopped")
+    assert stopped.get("killed") is True or stopped.get("drained") is False
+    wait_gone(pids, timeout=5)
+
+
+# -- what the engine writes --------------------------------------------------------------------
+
+def test_log_flood_invalid_utf8_and_megabyte_lines(daemons: list[Daemon], tmp_path: Path) -> None:
+    prelude = textwrap.dedent("""\
+        printf 'garbage \\377\\376\\300 not utf-8\\n'
+        head -c 3000000 /dev/zero | tr '\\0' x; echo
+        i=0; while [ $i -lt 20000 ]; do echo "flood line $i"; i=$((i+1)); done
+        printf 'a\\rprogress\\rframes\\r'
+    """)
+    d = start(daemons, tmp_path, with_prelude(config(tmp_path), prelude))
+    d.notified("READY=1")
+    log_bytes = (tmp_path / "engine.log").read_bytes()
+    assert b"\xff\xfe\xc0 not utf-8" in log_bytes  # the file keeps every byte as written
+    assert b"x" * 3_000_000 in log_bytes
+    assert b"flood line 19999" in log_bytes
+    assert d.stop() == 0
+    forwarded = [e for e in d.events if e.get("source") == "engine"]
+    assert forwarded, "engine output is forwarded to the supervisor's log"
+    assert max(len(str(e.get("text", ""))) for e in forwarded) < 100_000  # megabyte line truncated
+
+
+def test_engine_log_file_deleted_mid_run_is_recreated(daemons: list[Daemon], tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path))
+    d.notified("READY=1")
+    log_path = tmp_path / "engine.log"
+    log_path.unlink()
+    pids = d.engine_pids()
+    assert d.stop() == 0  # the drain writes more engine output after the deletion
+    wait_gone(pids, timeout=5)
+    assert log_path.exists(), "the engine log file is re-created after it was deleted"
+
+
+def test_disk_full_for_the_engine_log_does_not_stop_the_engine(daemons: list[Daemon],
+                                                               tmp_path: Path) -> None:
+    data = config(tmp_path)
+    data["engine"]["log_file"] = "/dev/full"  # every write fails with ENOSPC
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")  # the pipe kept draining; the events still arrived
+    assert d.stop() == 0
+
+
+# -- the supervisor's own surroundings ---------------------------------------------------------
+
+def test_journald_unavailable_stdout_closed(daemons: list[Daemon], tmp_path: Path) -> None:
+    r, w = os.pipe()
+    os.close(r)  # whoever read our stdout is gone: every write gets EPIPE
+    with os.fdopen(w, "w") as broken:
+        d = start(daemons, tmp_path, config(tmp_path), stdout=broken)
+    d.notified("READY=1")
+    pids = children(d.proc.pid)  # no log to read the engine pid from
+    assert pids
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.exit_code() == 0
+    d.notified("STOPPING=1")
+    wait_gone(pids)
+
+
+def test_journald_stuck_stdout_never_read(daemons: list[Daemon], tmp_path: Path) -> None:
+    r, w = os.pipe()  # nobody reads: once the pipe buffer is full every write would block
+    try:
+        with os.fdopen(w, "w") as stuck:
+            d = start(daemons, tmp_path, with_prelude(
+                config(tmp_path), 'i=0; while [ $i -lt 5000 ]; do echo "chatty $i"; i=$((i+1)); done'),
+                stdout=stuck)
+        d.notified("READY=1")
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.exit_code() == 0
+    finally:
+        os.close(r)
+
+
+def test_metrics_port_taken_is_logged_and_serving_continues(daemons: list[Daemon], tmp_path: Path) -> None:
+    data = config(tmp_path)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        data["metrics"] = {"enabled": True, "address": f"127.0.0.1:{squatter.getsockname()[1]}"}
+        d = start(daemons, tmp_path, data)
+        unavailable = d.event("metrics.unavailable")
+        assert str(squatter.getsockname()[1]) in json.dumps(unavailable)
+        ready_then_clean_stop(d)
+
+
+def test_sighup_during_startup_keeps_starting(daemons: list[Daemon], tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path))
+    d.event("engine.capture_begin")
+    d.proc.send_signal(signal.SIGHUP)
+    d.event("supervisor.reload")
+    d.notified("READY=1")
+    assert len(d.engine_pids()) == 1  # unchanged command: the starting engine was not restarted
+    ready_then_clean_stop(d)
+
+
+def test_supervisor_sigkilled_leaves_no_orphan_engine(daemons: list[Daemon], tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path))
+    d.event("engine.capture_begin")
+    pids = d.engine_pids()
+    assert pids and all(group_members(p) for p in pids)
+    d.proc.kill()  # no chance to clean up: PDEATHSIG must take the engine down
+    d.proc.wait()
+    wait_gone(pids)
+
+
+CLOCK_JUMP = '''
+"""sitecustomize: the wall clock (time.time) jumps by OFFSET s once FLAG exists (an NTP step)."""
+import os
+import time
+
+_real = time.time
+_flag = os.environ["FAULT_CLOCK_FLAG"]
+_offset = float(os.environ["FAULT_CLOCK_OFFSET"])
+
+
+def _time():
+    return _real() + (_offset if os.path.exists(_flag) else 0.0)
+
+
+time.time = _time
+'''
+
+
+@pytest.mark.parametrize("offset", [86400.0 * 30, -86400.0 * 30])
+def test_wall_clock_jump_while_serving(daemons: list[Daemon], tmp_path: Path, offset: float) -> None:
+    site = tmp_path / "clockjump"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(CLOCK_JUMP)
+    flag = tmp_path / "jumped"
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "FAULT_CLOCK_FLAG": str(flag), "FAULT_CLOCK_OFFSET": str(offset)}
+    d = start(daemons, tmp_path, config(tmp_path, health_interval_s=0.5), env=env)
+    d.notified("READY=1")
+    flag.touch()
+    time.sleep(3)  # several health checks after the jump; timers run on the monotonic clock
+    assert d.proc.poll() is None
+    assert not d.named("engine.hang") and not d.named("engine.wedged") and not d.named("engine.failed")
+    assert len(d.engine_pids()) == 1
+    ready_then_clean_stop(d)

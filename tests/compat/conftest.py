@@ -1,0 +1,119 @@
+"""Compat tier: real `sglang` wheels in their own venvs under .cache/compat/ (gitignored, reused).
+
+Layout, so that a second SGLang release costs only its own wheel:
+  .cache/compat/deps/           torch (CPU) + triton + the few modules server_args imports
+  .cache/compat/sglang-<V>/     sglang==V installed --no-deps, plus deps.pth pointing at deps/
+Each venv is marked ready only after a complete install, so an interrupted build is redone.
+Without network or wheels the tier skips, and fails under SGLANG_SUPERVISOR_REQUIRE_ALL_TIERS=1.
+Measured here: deps 104 s, sglang 0.5.23 26 s (2.3 GB, mostly triton and torch); cached runs reuse them.
+
+No 0.5.1x release yet: 0.5.17's `server_args` imports torchvision and transformers at module
+level, and PyPI's torchvision does not import beside the machine's CPU torch 2.13 file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tiers import require
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".cache" / "compat"
+# `pip install torch==2.13.0` takes the CPU wheel the machine image ships (no multi-GB CUDA build).
+TORCH = "torch==2.13.0"
+DEPS = [
+    TORCH,
+    "triton",
+    "numpy",
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "packaging",
+    "pillow",
+    "starlette",
+    "msgspec",
+    "pydantic",
+    "pyzmq",
+    "tqdm",
+    "ipython",
+    "aiohttp",
+    "huggingface_hub",
+]
+INSTALL_TIMEOUT_S = 1800
+TIMES = CACHE / "build-times.json"
+
+
+def _run(cmd: list[str]) -> tuple[bool, str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"{cmd[0]}: {e}"
+    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+    return proc.returncode == 0, tail
+
+
+def _record(name: str, seconds: float) -> None:
+    times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    times[name] = round(seconds, 1)
+    TIMES.write_text(json.dumps(times, indent=1))
+
+
+def _venv(
+    path: Path, packages: list[str], stamp: str, *, no_deps: bool = False, deps_site: Path | None = None
+) -> tuple[Path | None, str]:
+    python = path / "bin" / "python"
+    marker = path / ".ready"
+    if marker.exists() and marker.read_text() == stamp:
+        return python, "cached"
+    start = time.monotonic()
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+    ok, why = _run([sys.executable, "-m", "venv", str(path)])
+    if ok and deps_site is not None:
+        site = next((path / "lib").glob("python3*/site-packages"))
+        (site / "deps.pth").write_text(str(deps_site) + "\n")
+    if ok:
+        ok, why = _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                *(["--no-deps"] if no_deps else []),
+                *packages,
+            ]
+        )
+    if not ok:
+        return None, why
+    marker.write_text(stamp)
+    _record(path.name, time.monotonic() - start)
+    return python, "built"
+
+
+@pytest.fixture(scope="session")
+def deps_site() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    python, why = _venv(CACHE / "deps", DEPS, " ".join(DEPS))
+    require(python is not None, f"cannot build the compat deps venv (torch CPU, triton...): {why}")
+    return next((CACHE / "deps" / "lib").glob("python3*/site-packages"))
+
+
+def sglang_python(version: str, deps: Path) -> str:
+    python, why = _venv(
+        CACHE / f"sglang-{version}", [f"sglang=={version}"], version, no_deps=True, deps_site=deps
+    )
+    require(python is not None, f"cannot install sglang=={version} into {CACHE}: {why}")
+    return str(python)
+
+
+@pytest.fixture(scope="session")
+def real_sglang_0523(deps_site: Path) -> str:
+    return sglang_python("0.5.23", deps_site)

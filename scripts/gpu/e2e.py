@@ -1,0 +1,911 @@
+"""End-to-end proof of the supervisor on a real engine (issue 8), or on the simulator.
+
+Run by `scripts/gpu-e2e`, which prepares the environment (overlay, tiny model, PYTHONPATH). This
+file drives the supervisor exactly as systemd would (`sglang-supervisor run` with a NOTIFY_SOCKET
+that this script owns) and checks, from the outside, what it did:
+
+  s1_ready_gate      every capture line detected; READY=1 only after capture, ready line and probe
+  s2_throughput      probe tok/s vs SGLang's own numbers, and vs a hand-launched server (same argv)
+  s3_fallback        a real start failure -> classified -> next profile -> READY
+  s4_restart_stop    SIGKILL of a scheduler -> restart; SIGTERM -> bounded drain, nothing left
+  s5_doctor_metrics  `doctor` and the NVML gauges of the metrics endpoint on the real GPU
+  s6_tune            `tune` over the three profiles, when the command exists
+
+Writes OUT/report.json, OUT/report.md and OUT/logs.tar.xz. Stdlib + the supervisor package only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SGLANG_VERSION = "0.5.17"
+READY_LINE = "The server is fired up and ready to roll"
+CAPTURE_LINE = re.compile(r"Capture (?P<owner>target|draft) (?P<graph>[\w-]+) CUDA graph (?P<state>begin|end)")
+DECODE_GEN = re.compile(r"Decode batch.*?gen throughput \(token/s\): (?P<tps>[\d.]+)")
+# The flags every profile shares on the pruned 0.5.17 install: no FlashAttention-3, no xgrammar.
+REAL_ARGS: dict[str, Any] = {
+    "attention-backend": "triton",
+    "sampling-backend": "pytorch",
+    "grammar-backend": "none",
+    "mem-fraction-static": 0.3,
+    "max-total-tokens": 65536,
+    "enable-metrics": True,
+    "cuda-graph-max-bs-decode": 16,
+}
+PROFILES: list[dict[str, Any]] = [
+    {"name": "graphs", "description": "CUDA graphs at their defaults (prefill breakable, decode full)."},
+    {"name": "no-prefill-graph", "description": "Prefill eager, decode graphs.",
+     "args": {"cuda-graph-backend-prefill": "disabled"}},
+    {"name": "eager", "description": "No CUDA graphs at all.",
+     "args": {"cuda-graph-backend-prefill": "disabled", "cuda-graph-backend-decode": "disabled"}},
+]
+# Scenario 3's ladder: a memory fraction that leaves no KV cache (a real, fast start failure),
+# then eager.
+FAIL_FRACTION = 0.0001
+NOTIFY_WAIT_S = 2.0
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+def build_config(*, engine: str, python: str, model: str, port: int, metrics_port: int,
+                 workdir: Path, tp: int, time_scale: float,
+                 profiles: list[dict[str, Any]] | None = None,
+                 remediation: dict[str, str] | None = None) -> dict[str, Any]:
+    """The supervisor configuration for one run (plain YAML data)."""
+    real = engine == "real"
+    args = dict(REAL_ARGS)
+    if tp > 1:
+        args["tp-size"] = tp
+    env: dict[str, str] = {"SGLANG_LOG_MS": "1"}
+    if real:
+        command = [python, "-m", "sglang.launch_server"]
+    else:
+        command = ["{python}", "-m", "sglang_supervisor.simulator"]
+        env.update({"SGLANG_SIM_VERSION": SGLANG_VERSION, "SGLANG_SIM_TIME_SCALE": f"{time_scale:g}"})
+    # Real timeouts are generous (the first prefill capture JIT-compiles for ~80 s without a line);
+    # the simulator's clock runs fast, so its run is bounded tightly.
+    t = 1.0 if real else 0.25
+    return {
+        "name": "gpu-e2e",
+        "engine": {
+            "command": command, "version": SGLANG_VERSION, "model_path": model,
+            "host": "127.0.0.1", "port": port, "args": args, "env": env,
+            "log_file": str(workdir / "engine.log"), "log_max_bytes": 64 << 20, "log_backups": 1,
+        },
+        "profiles": profiles if profiles is not None else PROFILES,
+        "remediation": remediation if remediation is not None else {"unknown_flag": "stop", "default": "next"},
+        "timeouts": {
+            "stall_s": 300 * t, "start_s": 420 * t, "ready_probe_s": 60 * t, "drain_s": 20 * t,
+            "kill_s": 10 * t, "gpu_release_s": 30 * t, "health_interval_s": 5 * t,
+            "health_timeout_s": 20 * t, "health_failures": 3,
+        },
+        "restart": {"same_profile_retries": 1, "backoff_s": 1.0 * t, "known_bad_ttl_s": 3600},
+        # Background probes would disturb the hand measurements: one probe gates READY, then quiet.
+        "probe": {"enabled": True, "interval_s": 3600, "input_tokens": 64, "max_new_tokens": 128,
+                  "timeout_s": 60, "baseline_runs": 1, "regression_delta": 0.15,
+                  "regression_window": 3, "cooldown_s": 3600, "act_on_regression": False},
+        "metrics": {"enabled": True, "address": f"127.0.0.1:{metrics_port}"},
+        "logging": {"format": "json", "forward_engine_output": True},
+        "state_dir": str(workdir / "state"),
+        "runtime_dir": str(workdir / "run"),
+    }
+
+
+def fail_profiles() -> list[dict[str, Any]]:
+    return [
+        {"name": "no-kv-room", "description": "Leaves no memory for the KV cache: fails at start.",
+         "args": {"mem-fraction-static": FAIL_FRACTION}},
+        PROFILES[2],
+    ]
+
+
+def capture_lines(lines: list[tuple[float, str]]) -> list[tuple[float, str, str, str]]:
+    """(time, owner, graph, begin|end) of every capture line, read with our own regex."""
+    out = []
+    for t, text in lines:
+        m = CAPTURE_LINE.search(text)
+        if m:
+            out.append((t, m["owner"], m["graph"], m["state"]))
+    return out
+
+
+def decode_gen_throughputs(lines: list[tuple[float, str]]) -> list[float]:
+    return [float(m["tps"]) for _, text in lines if (m := DECODE_GEN.search(text))]
+
+
+def check(name: str, ok: bool, detail: Any = None) -> dict[str, Any]:
+    return {"name": name, "ok": bool(ok), "detail": detail}
+
+
+def scenario_status(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "not run"
+    return "pass" if all(c["ok"] for c in checks) else "fail"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    env = report["environment"]
+    rows = [f"# GPU end-to-end report ({report['engine']} engine)", "",
+            f"- date (UTC): {report['date']}", f"- SGLang: {env.get('sglang_version')}",
+            f"- GPU: {env.get('gpu')} (CC {env.get('compute_capability')}), driver {env.get('driver')}",
+            f"- torch: {env.get('torch')}, python: {env.get('python')}, tp: {report['tp']}",
+            f"- wall time: {report.get('wall_s')} s", ""]
+    rows += ["| scenario | status | failed checks |", "|---|---|---|"]
+    for name, sc in report["scenarios"].items():
+        failed = [c["name"] for c in sc.get("checks", []) if not c["ok"]]
+        rows.append(f"| {name} | {sc['status']} | {', '.join(failed) or sc.get('note', '')} |")
+    for name, sc in report["scenarios"].items():
+        rows += ["", f"## {name}: {sc['status']}", ""]
+        if sc.get("note"):
+            rows += [sc["note"], ""]
+        for c in sc.get("checks", []):
+            detail = json.dumps(c["detail"], default=str) if c["detail"] is not None else ""
+            rows.append(f"- [{'x' if c['ok'] else ' '}] {c['name']}: {detail[:400]}")
+        if sc.get("numbers"):
+            rows += ["", "```json", json.dumps(sc["numbers"], indent=1, default=str)[:3000], "```"]
+    return "\n".join(rows) + "\n"
+
+
+# ----------------------------------------------------------------------------- adapters
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http(url: str, body: Any = None, timeout: float = 10.0) -> tuple[int | None, str]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as f:
+            return f.status, f.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")[:500]
+    except Exception as e:  # noqa: BLE001 - any transport failure is an answer here
+        return None, f"{type(e).__name__}: {e}"
+
+
+def stream_probe(base: str, max_new: int = 256) -> dict[str, Any]:
+    """One streamed /generate: decode tok/s from the first to the last chunk (as realrun.py did)."""
+    body = {"text": "The capital city of France is", "stream": True,
+            "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True, "temperature": 0}}
+    req = urllib.request.Request(base + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    chunks: list[float] = []
+    last: dict[str, Any] = {}
+    with urllib.request.urlopen(req, timeout=120) as f:
+        for raw in f:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunks.append(time.perf_counter() - t0)
+            last = json.loads(line[5:])
+    n = (last.get("meta_info") or {}).get("completion_tokens")
+    dec = None
+    if n and len(chunks) > 1 and chunks[-1] > chunks[0]:
+        dec = (n - 1) / (chunks[-1] - chunks[0])
+    return {"ttft_s": chunks[0] if chunks else None, "tokens": n, "decode_tok_s": dec}
+
+
+def probe_series(base: str, runs: int) -> dict[str, Any]:
+    stream_probe(base, 32)  # warm the path; not counted
+    each = [stream_probe(base) for _ in range(runs)]
+    tps = [e["decode_tok_s"] for e in each if e["decode_tok_s"]]
+    return {"runs": each, "median_tok_s": statistics.median(tps) if tps else None}
+
+
+def server_info_gen(base: str) -> float | None:
+    st, body = http(base + "/server_info", timeout=20)
+    if st != 200:
+        return None
+    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+        info = json.loads(body)
+        states = info.get("internal_states") or [info]
+        v = states[0].get("last_gen_throughput")
+        return float(v) if v is not None else None
+    return None
+
+
+def proc_table() -> list[dict[str, Any]]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            comm = (d / "comm").read_text().strip()
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out.append({"pid": int(d.name), "ppid": int(fields[1]), "pgid": int(fields[2]),
+                    "comm": comm, "cmd": cmd})
+    return out
+
+
+def sglang_procs() -> list[dict[str, Any]]:
+    return [p for p in proc_table() if "sglang::" in p["cmd"] or p["comm"].startswith("sglang::")]
+
+
+def descendants(root: int) -> list[dict[str, Any]]:
+    table = proc_table()
+    found: list[dict[str, Any]] = []
+    frontier = {root}
+    while frontier:
+        kids = [p for p in table if p["ppid"] in frontier]
+        found += kids
+        frontier = {p["pid"] for p in kids}
+    return found
+
+
+class Nvml:
+    """Used GPU memory per device through NVML; inert without it (simulator machines)."""
+
+    def __init__(self) -> None:
+        self.nv: Any = None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.nv = pynvml
+        except Exception:  # noqa: BLE001 - no driver, no library: report "no NVML"
+            self.nv = None
+
+    def used(self, count: int) -> list[int] | None:
+        if self.nv is None:
+            return None
+        return [int(self.nv.nvmlDeviceGetMemoryInfo(self.nv.nvmlDeviceGetHandleByIndex(i)).used)
+                for i in range(count)]
+
+    def describe(self) -> dict[str, Any]:
+        if self.nv is None:
+            return {}
+        h = self.nv.nvmlDeviceGetHandleByIndex(0)
+        name = self.nv.nvmlDeviceGetName(h)
+        cc = self.nv.nvmlDeviceGetCudaComputeCapability(h)
+        return {"gpu": name.decode() if isinstance(name, bytes) else name,
+                "compute_capability": f"{cc[0]}.{cc[1]}",
+                "driver": self.nv.nvmlSystemGetDriverVersion(),
+                "gpu_count": self.nv.nvmlDeviceGetCount()}
+
+
+class NotifySocket:
+    """The datagram socket systemd would own: records every sd_notify message with its time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.2)
+        self.messages: list[tuple[float, str]] = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.messages.append((time.time(), data.decode(errors="replace")))
+
+    def times(self, key: str) -> list[float]:
+        return [t for t, m in self.messages if any(line == key for line in m.split("\n"))]
+
+    def close(self) -> None:
+        self._stop = True
+        self.thread.join(1)
+        self.sock.close()
+
+
+class FileTail:
+    """Timestamps each line of a growing file (the engine log the supervisor writes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[tuple[float, str]] = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        pos = 0
+        buf = b""
+        while not self._stop:
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(pos)
+                    data = f.read()
+            except OSError:
+                data = b""
+            if data:
+                pos += len(data)
+                buf += data
+                now = time.time()
+                parts = re.split(rb"[\r\n]", buf)
+                buf = parts.pop()
+                self.lines += [(now, p.decode(errors="replace")) for p in parts if p.strip()]
+            time.sleep(0.02)
+
+    def since(self, t: float) -> list[tuple[float, str]]:
+        return [x for x in self.lines if x[0] >= t]
+
+    def close(self) -> None:
+        self._stop = True
+        self.thread.join(1)
+
+
+class SupervisorRun:
+    """`sglang-supervisor run` as systemd would start it, with its JSON log captured."""
+
+    def __init__(self, python: str, config: dict[str, Any], workdir: Path, name: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.config = config
+        self.cfg_path = workdir / f"{name}.yaml"
+        self.cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.notify = NotifySocket(workdir / "notify.sock")
+        self.tail = FileTail(Path(config["engine"]["log_file"]))
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        self.log_path = workdir / "supervisor.log"
+        self._log = self.log_path.open("w")
+        env = dict(os.environ, NOTIFY_SOCKET=str(self.notify.path))
+        self.t0 = time.time()
+        self.proc = subprocess.Popen(
+            [python, "-m", "sglang_supervisor", "run", "--config", str(self.cfg_path), "--log-format", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            now = time.time()
+            line = raw.decode(errors="replace").rstrip("\n")
+            self._log.write(f"{now - self.t0:9.3f} {line}\n")
+            self._log.flush()
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                doc = {"event": "raw", "text": line}
+            if isinstance(doc, dict):
+                self.events.append((now, doc))
+
+    @property
+    def metrics_url(self) -> str:
+        return "http://" + self.config["metrics"]["address"]
+
+    @property
+    def engine_url(self) -> str:
+        e = self.config["engine"]
+        return f"http://{e['host']}:{e['port']}"
+
+    def named(self, event: str) -> list[tuple[float, dict[str, Any]]]:
+        return [(t, d) for t, d in self.events if d.get("event") == event]
+
+    def status(self) -> dict[str, Any]:
+        st, body = http(self.metrics_url + "/status", timeout=5)
+        if st != 200:
+            return {}
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def wait(self, pred: Callable[[], bool], deadline: float, step: float = 0.1) -> bool:
+        while time.time() < deadline:
+            if pred():
+                return True
+            if self.proc.poll() is not None:
+                return bool(pred())
+            time.sleep(step)
+        return bool(pred())
+
+    def stop(self, timeout: float) -> tuple[int | str, float]:
+        t = time.time()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc: int | str = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            rc = f"killed after {timeout:g} s"
+            self.proc.wait(10)
+        return rc, round(time.time() - t, 2)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.stop(30)
+        self.reader.join(5)
+        self.notify.close()
+        self.tail.close()
+        self._log.close()
+
+
+# ----------------------------------------------------------------------------- the scenarios
+
+class E2E:
+    def __init__(self, opts: argparse.Namespace) -> None:
+        self.o = opts
+        self.out = Path(opts.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = Path(opts.workdir)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.t_start = time.time()
+        self.deadline = self.t_start + opts.budget_s
+        self.real = opts.engine == "real"
+        self.nvml = Nvml()
+        self.report: dict[str, Any] = {
+            "engine": opts.engine, "tp": opts.tp,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "environment": self._environment(), "scenarios": {},
+        }
+        self.baseline_mem = self.nvml.used(opts.tp)
+        self.report["environment"]["gpu_memory_used_baseline_bytes"] = self.baseline_mem
+        self.hand_argv: list[str] | None = None
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def _environment(self) -> dict[str, Any]:
+        env: dict[str, Any] = {"python": sys.version.split()[0]}
+        if self.real:
+            from importlib.metadata import PackageNotFoundError, version
+            for pkg in ("sglang", "torch", "transformers", "sglang-kernel"):
+                with contextlib.suppress(PackageNotFoundError):
+                    env[pkg.replace("-", "_") + ("_version" if pkg == "sglang" else "")] = version(pkg)
+        else:
+            env["sglang_version"] = f"simulator emulating {SGLANG_VERSION}"
+        env.update(self.nvml.describe())
+        return env
+
+    def config(self, name: str, **kw: Any) -> dict[str, Any]:
+        return build_config(engine=self.o.engine, python=self.o.engine_python, model=self.o.model,
+                            port=free_port(), metrics_port=free_port(), workdir=self.work / name,
+                            tp=self.o.tp, time_scale=self.o.time_scale, **kw)
+
+    def record(self, name: str, checks: list[dict[str, Any]], numbers: dict[str, Any] | None = None,
+               note: str = "") -> None:
+        self.report["scenarios"][name] = {"status": scenario_status(checks), "checks": checks,
+                                          "numbers": numbers or {}, "note": note}
+        self.save()
+
+    def skip(self, name: str, note: str) -> None:
+        self.report["scenarios"][name] = {"status": "not run", "checks": [], "numbers": {}, "note": note}
+        self.save()
+
+    def save(self) -> None:
+        self.report["wall_s"] = round(time.time() - self.t_start, 1)
+        (self.out / "report.json").write_text(json.dumps(self.report, indent=1, default=str))
+        (self.out / "report.md").write_text(render_markdown(self.report))
+
+    # -- scenario 1, 2 (supervised half), 5, 4 on one supervised engine -------------------------
+
+    def main_run(self) -> None:
+        cfg = self.config("main")
+        sup = SupervisorRun(self.o.python, cfg, self.work / "main", "main")
+        try:
+            ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - 200 if self.real
+                             else self.deadline - 20)
+            self.s1_ready_gate(sup, ready)
+            if not ready:
+                for n in ("s2_throughput", "s4_restart_stop", "s5_doctor_metrics"):
+                    self.skip(n, "the supervised engine never became ready (see s1)")
+                return
+            doctor = self.start_doctor(sup)
+            supervised = self.s2_supervised(sup)
+            self.s5_doctor_metrics(sup, doctor)
+            self.s4_restart_stop(sup)
+            self.s2_hand(supervised, cfg)
+        finally:
+            sup.close()
+
+    def s1_ready_gate(self, sup: SupervisorRun, ready: bool) -> None:
+        checks: list[dict[str, Any]] = []
+        t_ready = sup.notify.times("READY=1")
+        lines = sup.tail.lines
+        caps = capture_lines(lines)
+        begins_log = [c for c in caps if c[3] == "begin"]
+        ends_log = [c for c in caps if c[3] == "end"]
+        sup_begins = sup.named("engine.capture_begin")
+        sup_ends = sup.named("engine.capture_end")
+        ready_lines = [t for t, text in lines if READY_LINE in text]
+        probe_ok = sup.named("supervisor.ready")
+        checks.append(check("READY=1 sent", ready, {"notify_messages": len(sup.notify.messages)}))
+        checks.append(check("every capture begin line detected",
+                            len(begins_log) > 0 and len(sup_begins) == len(begins_log),
+                            {"log_lines": len(begins_log), "supervisor_events": len(sup_begins)}))
+        checks.append(check("every capture end line detected",
+                            len(ends_log) > 0 and len(sup_ends) == len(ends_log),
+                            {"log_lines": len(ends_log), "supervisor_events": len(sup_ends),
+                             "graphs": [f"{c[1]} {c[2]}" for c in ends_log]}))
+        last_end = sup_ends[-1][1] if sup_ends else {}
+        checks.append(check("all expected captures ended before READY",
+                            bool(last_end) and last_end.get("done") == last_end.get("expected"),
+                            {k: last_end.get(k) for k in ("done", "expected")}))
+        numbers: dict[str, Any] = {}
+        if t_ready and ready_lines:
+            first_ready = t_ready[0]
+            checks.append(check("READY=1 after the last capture end line",
+                                bool(ends_log) and first_ready > ends_log[-1][0],
+                                round(first_ready - ends_log[-1][0], 3) if ends_log else None))
+            checks.append(check("READY=1 after SGLang's ready line", first_ready > ready_lines[0],
+                                round(first_ready - ready_lines[0], 3)))
+            checks.append(check("READY=1 after the first probe succeeded",
+                                bool(probe_ok) and probe_ok[0][0] <= first_ready + 1.0
+                                and probe_ok[0][1].get("tok_s") is not None,
+                                probe_ok[0][1] if probe_ok else None))
+            numbers = {
+                "ready_line_to_READY_s": round(first_ready - ready_lines[0], 3),
+                "launch_to_READY_s": round(first_ready - sup.t0, 2),
+                "capture_seconds": {f"{d.get('owner')} {d.get('graph')}": d.get("seconds")
+                                    for _, d in sup_ends},
+                "first_probe": probe_ok[0][1] if probe_ok else None,
+                "status_messages": [m for _, m in sup.notify.messages if m.startswith("STATUS=")][:12],
+            }
+        else:
+            checks.append(check("SGLang's ready line seen", bool(ready_lines), None))
+        self.record("s1_ready_gate", checks, numbers)
+
+    def start_doctor(self, sup: SupervisorRun) -> subprocess.Popen[bytes]:
+        path = self.work / "doctor.json"
+        return subprocess.Popen(
+            [self.o.python, "-m", "sglang_supervisor", "doctor", "--config", str(sup.cfg_path),
+             "--url", sup.engine_url, "--json"], stdout=path.open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def s2_supervised(self, sup: SupervisorRun) -> dict[str, Any]:
+        t = time.time()
+        series = probe_series(sup.engine_url, self.o.probe_runs)
+        # 8 concurrent streams make SGLang print `Decode batch` lines with a running batch.
+        threads = [threading.Thread(target=stream_probe, args=(sup.engine_url,)) for _ in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)
+        time.sleep(0.5)
+        gens = decode_gen_throughputs(sup.tail.since(t))
+        status = sup.status()
+        return {"probe_series": series, "decode_batch_gen_tok_s": gens,
+                "server_info_last_gen_throughput": server_info_gen(sup.engine_url),
+                "supervisor_first_probe": (sup.named("supervisor.ready") or [(0, {})])[0][1].get("tok_s"),
+                "supervisor_status_throughput": status.get("throughput")}
+
+    def s2_hand(self, supervised: dict[str, Any], cfg: dict[str, Any]) -> None:
+        numbers: dict[str, Any] = {"supervised": supervised}
+        checks: list[dict[str, Any]] = []
+        sup_med = supervised["probe_series"]["median_tok_s"]
+        checks.append(check("supervised probe measured", bool(sup_med), sup_med))
+        first = supervised.get("supervisor_first_probe")
+        gens = supervised["decode_batch_gen_tok_s"]
+        numbers["supervisor_probe_vs_stream_probe"] = round(first / sup_med, 3) if first and sup_med else None
+        checks.append(check("SGLang printed Decode batch gen throughput", bool(gens), gens[-5:]))
+        checks.append(check("/server_info last_gen_throughput read",
+                            supervised["server_info_last_gen_throughput"] is not None,
+                            supervised["server_info_last_gen_throughput"]))
+        need = 150 if self.real else 10
+        if self.left() < need:
+            numbers["hand"] = f"skipped: {self.left():.0f} s left, {need} s needed"
+            self.record("s2_throughput", checks, numbers,
+                        note="the hand-launched comparison did not fit the budget")
+            return
+        hand = self.hand_launch(cfg)
+        numbers["hand"] = hand
+        hand_med = (hand.get("probe_series") or {}).get("median_tok_s")
+        ratio = round(sup_med / hand_med, 4) if sup_med and hand_med else None
+        numbers["supervised_over_hand"] = ratio
+        checks.append(check("supervised / hand-launched >= 0.98", ratio is not None and ratio >= 0.98, ratio))
+        self.record("s2_throughput", checks, numbers)
+
+    def hand_launch(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """The same argv and environment the supervisor renders, started by hand."""
+        from sglang_supervisor.config import parse_config
+        from sglang_supervisor.profiles import render
+        cfg = json.loads(json.dumps(cfg))
+        port = free_port()
+        cfg["engine"]["port"] = port
+        config = parse_config(yaml.safe_dump(cfg), "hand.yaml")
+        rc = render(config, "graphs", SGLANG_VERSION, python=self.o.python)
+        env = dict(os.environ, **rc.env)
+        env.pop("NOTIFY_SOCKET", None)
+        log_path = self.work / "hand-engine.log"
+        t0 = time.time()
+        p = subprocess.Popen(rc.argv, stdout=log_path.open("wb"), stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+        res: dict[str, Any] = {"argv_tail": rc.argv[3:]}
+        try:
+            while time.time() < self.deadline - 60 and p.poll() is None:
+                if READY_LINE.encode() in log_path.read_bytes():
+                    res["ready_after_s"] = round(time.time() - t0, 1)
+                    break
+                time.sleep(0.2)
+            if "ready_after_s" in res:
+                res["probe_series"] = probe_series(f"http://127.0.0.1:{port}", self.o.probe_runs)
+            else:
+                res["error"] = f"not ready (rc {p.poll()})"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+            time.sleep(1)
+        return res
+
+    def s5_doctor_metrics(self, sup: SupervisorRun, doctor: subprocess.Popen[bytes]) -> None:
+        checks: list[dict[str, Any]] = []
+        st, text = http(sup.metrics_url + "/metrics", timeout=10)
+        gauges = {}
+        for line in text.splitlines() if st == 200 else []:
+            m = re.match(r"(sglang_supervisor_gpu_\w+)\{[^}]*\} (\S+)", line)
+            if m and "throttle" not in m[1]:
+                gauges.setdefault(m[1], float(m[2]))
+        try:
+            rc = doctor.wait(max(5.0, min(120.0, self.left() - 60)))
+        except subprocess.TimeoutExpired:
+            doctor.kill()
+            rc = "timeout"
+        raw = (self.work / "doctor.json").read_text(errors="replace")
+        doc: dict[str, Any] = {}
+        with contextlib.suppress(ValueError):
+            doc = json.loads(raw)
+        gpus = ((doc.get("host") or {}).get("gpus") or doc.get("gpus") or []) if doc else []
+        if not gpus and doc:
+            gpus = _find_key(doc, "gpus") or []
+        numbers = {"metrics_status": st, "gpu_gauges": gauges, "doctor_rc": rc,
+                   "doctor_gpus": gpus, "doctor_findings": _findings(doc),
+                   "doctor_raw_head": raw[:600] if not doc else None}
+        if self.real:
+            checks.append(check("metrics endpoint serves NVML memory gauges",
+                                gauges.get("sglang_supervisor_gpu_memory_total_bytes", 0) > 100e9
+                                and gauges.get("sglang_supervisor_gpu_memory_used_bytes", 0) > 1e9,
+                                {k: gauges.get(k) for k in ("sglang_supervisor_gpu_memory_used_bytes",
+                                                            "sglang_supervisor_gpu_memory_total_bytes")}))
+            checks.append(check("metrics endpoint serves the SM clock",
+                                gauges.get("sglang_supervisor_gpu_sm_clock_hertz", 0) > 1e8,
+                                gauges.get("sglang_supervisor_gpu_sm_clock_hertz")))
+            checks.append(check("doctor reports compute capability 9.0",
+                                any(g.get("compute_capability") == "9.0" for g in gpus), gpus[:1]))
+        else:
+            checks.append(check("metrics endpoint answers", st == 200, st))
+            checks.append(check("doctor produced JSON", bool(doc), raw[:200]))
+        checks.append(check("doctor exit code 0 or 1 (findings)", rc in (0, 1), rc))
+        self.record("s5_doctor_metrics", checks, numbers)
+
+    def s4_restart_stop(self, sup: SupervisorRun) -> None:
+        checks: list[dict[str, Any]] = []
+        numbers: dict[str, Any] = {}
+        status = sup.status()
+        engine_pid = status.get("engine_pid")
+        kids = descendants(int(engine_pid)) if engine_pid else []
+        numbers["engine_children"] = [f"{k['pid']} {k['cmd'][:60]}" for k in kids]
+        scheds = sorted((k for k in kids if "scheduler" in k["cmd"] or "scheduler" in k["comm"]),
+                        key=lambda k: k["cmd"])
+        victim = scheds[-1] if scheds else None  # the highest rank's scheduler under TP
+        if victim is None and not self.real and engine_pid:
+            victim = {"pid": int(engine_pid), "cmd": "launcher (the simulator has no scheduler child)"}
+        checks.append(check("found a scheduler process", victim is not None,
+                            victim["cmd"][:80] if victim else numbers["engine_children"]))
+        restart_budget = 200 if self.real else 20
+        if victim is not None and self.left() > restart_budget:
+            n_ready = len(sup.named("supervisor.ready"))
+            tk = time.time()
+            os.kill(victim["pid"], signal.SIGKILL)
+            again = sup.wait(lambda: len(sup.named("supervisor.ready")) > n_ready,
+                             tk + restart_budget - 10)
+            exited = [d for t, d in sup.named("engine.exited") if t >= tk]
+            failed = [d for t, d in sup.named("engine.failed") if t >= tk]
+            launches = [d for t, d in sup.named("engine.spawned") if t >= tk]
+            numbers["after_kill"] = {"exited": exited[:1], "failed": failed[:1],
+                                     "relaunched": launches[:1],
+                                     "kill_to_READY_s": round(sup.named("supervisor.ready")[-1][0] - tk, 1)
+                                     if again else None}
+            checks.append(check("the supervisor saw the engine die", bool(exited or failed),
+                                (failed or exited or [None])[0]))
+            checks.append(check("the supervisor relaunched the engine", bool(launches),
+                                launches[:1]))
+            checks.append(check("READY again after the restart", again,
+                                numbers["after_kill"]["kill_to_READY_s"]))
+        elif victim is not None:
+            checks.append(check("restart scenario fitted the budget", False, f"{self.left():.0f} s left"))
+        # SIGTERM: bounded drain, nothing left, GPU memory back.
+        drain = float(sup.config["timeouts"]["drain_s"]) + float(sup.config["timeouts"]["kill_s"])
+        pgid_before = [p["pid"] for p in proc_table() if p["pgid"] == sup.proc.pid]
+        rc, secs = sup.stop(drain + 30)
+        numbers["sigterm"] = {"rc": rc, "seconds": secs, "group_before": len(pgid_before)}
+        checks.append(check("supervisor exits 0 on SIGTERM", rc == 0, rc))
+        checks.append(check(f"stop bounded by drain+kill ({drain:g} s) + 5 s", secs <= drain + 5, secs))
+        left = sglang_procs()
+        group_left = [p for p in proc_table() if p["pid"] in pgid_before]
+        checks.append(check("no sglang:: process left", not left, [p["cmd"][:60] for p in left]))
+        checks.append(check("no process of the supervisor's group left", not group_left,
+                            [p["cmd"][:60] for p in group_left]))
+        if self.baseline_mem is not None:
+            t = time.time()
+            mem = self.nvml.used(self.o.tp) or []
+            while time.time() - t < 15 and any(m > b + (256 << 20) for m, b in zip(mem, self.baseline_mem)):
+                time.sleep(0.5)
+                mem = self.nvml.used(self.o.tp) or []
+            numbers["gpu_memory_used_after_bytes"] = mem
+            numbers["gpu_memory_release_s"] = round(time.time() - t, 1)
+            checks.append(check("GPU memory back to the baseline (+256 MiB)",
+                                all(m <= b + (256 << 20) for m, b in zip(mem, self.baseline_mem)),
+                                {"baseline": self.baseline_mem, "after": mem}))
+        else:
+            numbers["gpu_memory"] = "no NVML here"
+        self.record("s4_restart_stop", checks, numbers)
+
+    # -- scenario 3 ------------------------------------------------------------------------------
+
+    def s3_fallback(self) -> None:
+        need = 150 if self.real else 15
+        if self.left() < need:
+            self.skip("s3_fallback", f"budget: {self.left():.0f} s left, {need} s needed")
+            return
+        profiles = fail_profiles()
+        if not self.real:
+            # The simulator fails the same way, on the same flag value.
+            profiles[0] = {**profiles[0], "env": {
+                "SGLANG_SIM_FAULTS": f"kv-oom+when=--mem-fraction-static={FAIL_FRACTION:g}"}}
+        cfg = self.config("fallback", profiles=profiles)
+        sup = SupervisorRun(self.o.python, cfg, self.work / "fallback", "fallback")
+        checks: list[dict[str, Any]] = []
+        try:
+            ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - 15)
+            failed = sup.named("engine.failed")
+            fallback = sup.named("profile.fallback")
+            readies = sup.named("supervisor.ready")
+            cls = failed[0][1].get("failure_class") if failed else None
+            checks.append(check("first profile failed", bool(failed), failed[0][1] if failed else None))
+            checks.append(check("classified as kv_cache_oom", cls == "kv_cache_oom", cls))
+            checks.append(check("fell back to the next profile", bool(fallback),
+                                fallback[0][1] if fallback else None))
+            checks.append(check("READY on the fallback profile",
+                                ready and bool(readies) and readies[0][1].get("profile") == "eager",
+                                readies[0][1] if readies else None))
+            numbers = {"failure": failed[0][1] if failed else None,
+                       "fallback": fallback[0][1] if fallback else None,
+                       "ready": readies[0][1] if readies else None,
+                       "launch_to_READY_s": round(sup.notify.times("READY=1")[0] - sup.t0, 1) if ready else None,
+                       "status_attempts": sup.status().get("attempts")}
+            rc, secs = sup.stop(60)
+            numbers["sigterm"] = {"rc": rc, "seconds": secs}
+            self.record("s3_fallback", checks, numbers)
+        finally:
+            sup.close()
+
+    # -- scenario 6 ------------------------------------------------------------------------------
+
+    def s6_tune(self) -> None:
+        if importlib.util.find_spec("sglang_supervisor.commands.tune") is None:
+            self.skip("s6_tune", "not run: sglang_supervisor/commands/tune.py does not exist in this checkout")
+            return
+        need = 300 if self.real else 30
+        if self.left() < need:
+            self.skip("s6_tune", f"not run: budget ({self.left():.0f} s left, {need} s needed)")
+            return
+        cfg = self.config("tune")
+        path = self.work / "tune.yaml"
+        (self.work / "tune").mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        try:
+            r = subprocess.run([self.o.python, "-m", "sglang_supervisor", "tune", "--config", str(path),
+                                "--rounds", "2", "--json"], capture_output=True, text=True,
+                               timeout=max(10, self.left() - 10))
+            out, rc = r.stdout, r.returncode
+        except subprocess.TimeoutExpired as e:
+            out, rc = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
+        doc: Any = None
+        with contextlib.suppress(ValueError):
+            doc = json.loads(out)
+        self.record("s6_tune", [check("tune exit 0", rc == 0, rc), check("tune JSON ranking", doc is not None,
+                                                                          out[-400:])], {"tune": doc})
+
+    # -- driver ---------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        order = {"main": self.main_run, "fallback": self.s3_fallback, "tune": self.s6_tune}
+        for name in self.o.only.split(","):
+            try:
+                order[name]()
+            except Exception as exc:  # noqa: BLE001 - one broken scenario must not lose the report
+                self.report.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}")
+                self.save()
+        self.report["left_sglang_processes"] = [p["cmd"][:60] for p in sglang_procs()]
+        self.save()
+        self.pack_logs()
+        failed = [n for n, s in self.report["scenarios"].items() if s["status"] == "fail"]
+        print(json.dumps({n: s["status"] for n, s in self.report["scenarios"].items()}), flush=True)
+        return 1 if failed or self.report.get("errors") else 0
+
+    def pack_logs(self) -> None:
+        with tarfile.open(self.out / "logs.tar.xz", "w:xz") as tar:
+            for p in sorted(self.work.rglob("*")):
+                if p.is_file() and p.suffix in (".log", ".yaml", ".json") or p.name.startswith("engine.log"):
+                    tar.add(p, arcname=str(p.relative_to(self.work)))
+
+
+def _find_key(doc: Any, key: str) -> Any:
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        for v in doc.values():
+            found = _find_key(v, key)
+            if found is not None:
+                return found
+    elif isinstance(doc, list):
+        for v in doc:
+            found = _find_key(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def _findings(doc: Any) -> list[str]:
+    items = _find_key(doc, "findings") or []
+    out = []
+    for f in items if isinstance(items, list) else []:
+        if isinstance(f, dict):
+            out.append(f"{f.get('severity', '?')}: {f.get('code', '')}: {f.get('what', '')}"[:160])
+    return out[:20]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--engine", choices=["real", "sim"], default="real")
+    p.add_argument("--model", default="/tmp/tiny", help="model directory (real) or name (sim)")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs)")
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpu-e2e-out"))
+    p.add_argument("--workdir", default="/tmp/gpu-e2e")
+    p.add_argument("--budget-s", type=float, default=500.0, help="wall-clock budget for all scenarios")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the supervisor")
+    p.add_argument("--engine-python", default=sys.executable, help="interpreter that runs SGLang")
+    p.add_argument("--probe-runs", type=int, default=5)
+    p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
+    p.add_argument("--only", default="main,fallback,tune", help="comma-separated: main,fallback,tune")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    if opts.tp < 1:
+        print("gpu-e2e: --tp must be at least 1", file=sys.stderr)
+        return 2
+    shutil.rmtree(opts.workdir, ignore_errors=True)
+    return E2E(opts).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

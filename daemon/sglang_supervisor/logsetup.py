@@ -452,7 +452,9 @@ def log_engine_line(text: str, priority: int = 6, rank: str | None = None) -> No
             record["rank"] = rank
         level = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
         record["level"] = level
-        record["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        record["timestamp"] = f"{stamp}.{int(now % 1 * 1e6):06d}Z"  # as structlog's TimeStamper
         sink.emit(json.dumps(record, ensure_ascii=False))
     else:
         label = "engine" if rank is None else f"engine {rank}"

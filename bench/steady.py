@@ -1,0 +1,66 @@
+"""Benchmark 4: the supervisor's own CPU and memory while serving, busy and at rest."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import ingest
+from common import Dist, Row, Section, cpu_seconds, rss_bytes
+from lifecycle import HERE, BenchDaemon, bench_config
+
+
+def phase(seconds: float, lines_per_s: float,
+          probe_interval_s: float) -> tuple[float, list[int], dict[str, int]]:
+    """One supervisor over the simulator for `seconds` after READY: (CPU % of one core, RSS samples)."""
+    with tempfile.TemporaryDirectory(prefix="bench-steady-") as tmp:
+        work = Path(tmp)
+        data = bench_config(work)
+        data["probe"].update({"interval_s": probe_interval_s, "input_tokens": 64, "max_new_tokens": 32})
+        if lines_per_s > 0:
+            corpus = work / "serving.log"
+            ingest.build_corpus(corpus, 20_000)
+            flood = f'"{data["engine"]["command"][0]}" "{HERE / "flood_writer.py"}" "{corpus}" ' \
+                    f'{lines_per_s} {seconds + 120} &'
+            data["engine"]["command"] = ["sh", "-c", flood + '\nexec "$@"', "sh", *data["engine"]["command"]]
+        d = BenchDaemon(work, data)
+        try:
+            d.note_time("READY=1")
+            time.sleep(min(10.0, seconds / 5))  # settle: first probes, imports, caches
+            pid = d.proc.pid
+            c0, t0 = cpu_seconds(pid), time.monotonic()
+            rss: list[int] = []
+            while time.monotonic() - t0 < seconds:
+                rss.append(rss_bytes(pid))
+                time.sleep(1.0)
+            cpu = (cpu_seconds(pid) - c0) / (time.monotonic() - t0) * 100.0
+            counts = {"probes": len(d.named("probe.ok")), "probe_failures": len(d.named("probe.failed")),
+                      "forwarded_lines": sum(1 for e in d.events if e.get("source") == "engine")}
+            return cpu, rss, counts
+        finally:
+            d.close()
+
+
+def run(quick: bool, seconds: float) -> Section:
+    sec = Section(
+        "steady", "Steady-state cost",
+        f"The supervisor (its own process only, not the engine) over {seconds:.0f} s after READY, "
+        "CPU time from /proc/PID/stat and RSS sampled every second. Busy: a writer in the engine's "
+        "process group adds 1000 real-format log lines/s (decode/prefill stats, HTTP access lines) to "
+        "the engine's output and the probe runs every 10 s. At rest: no extra output, probes every 300 s.",
+    )
+    busy_cpu, busy_rss, busy_counts = phase(seconds, 1000, 10)
+    rest_cpu, rest_rss, rest_counts = phase(seconds, 0, 300)
+    sec.raw = {"busy": {"cpu": busy_cpu, "rss": busy_rss, **busy_counts},
+               "rest": {"cpu": rest_cpu, "rss": rest_rss, **rest_counts}}
+    for label, cpu, rss, counts in (("1000 lines/s + probe every 10 s", busy_cpu, busy_rss, busy_counts),
+                                    ("at rest", rest_cpu, rest_rss, rest_counts)):
+        r = Dist.of([b / 2**20 for b in rss])
+        sec.rows.append(Row(f"CPU, {label}", f"{cpu:.2f} % of one core", "≤ 1 %", cpu <= 1.0,
+                            f"{counts['probes']} probes ok, {counts['probe_failures']} failed, "
+                            f"{counts['forwarded_lines']} engine lines forwarded"))
+        sec.rows.append(Row(f"RSS, {label}", f"max {r.max:.1f} MiB (p50 {r.p(50):.1f}, n={r.n})", "≤ 60 MB",
+                            r.max * 2**20 <= 60e6))
+    _ = quick
+    return sec

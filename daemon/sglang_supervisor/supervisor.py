@@ -224,6 +224,10 @@ class _Engine:
     eof: asyncio.Event
     secret_path: str | None
     stopping: asyncio.Task[None] | None = None
+    pids: set[int] = field(default_factory=set)  # every process seen in its group
+
+    def note_pids(self) -> None:
+        self.pids |= {m.pid for m in self.proc.group_members()}
 
 
 class Supervisor:
@@ -243,7 +247,11 @@ class Supervisor:
         self._last_extend = 0.0
         self._engine: _Engine | None = None
         self._launching: asyncio.Task[None] | None = None
-        self._last_pids: set[int] = set()
+        self._last_pids: set[int] = set()  # the previous engine's processes (leader + children)
+        # GPU memory in use on our GPUs before our first engine: a relaunch waits until usage is
+        # back to it (the schedulers' PIDs are gone by then, their memory not always).
+        self._gpu_baseline: int | None = None
+        self._engine_started_once = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._health_task: asyncio.Task[None] | None = None
         self._monitor: ThroughputMonitor | None = None
@@ -458,9 +466,11 @@ class Supervisor:
 
     # -- launching ------------------------------------------------------------------------
 
+    def _gpu_set(self) -> set[int] | None:
+        return _gpu_indices({**self.opts.environ, **self.config.engine.env})
+
     def _foreign(self) -> str | None:
-        env = {**self.opts.environ, **self.config.engine.env}
-        foreign = [f for f in gpu.foreign_processes(self._last_pids, _gpu_indices(env))
+        foreign = [f for f in gpu.foreign_processes(self._last_pids, self._gpu_set())
                    if (f.used_bytes or 0) >= FOREIGN_BYTES_BLOCKING]
         if not foreign:
             return None
@@ -469,9 +479,11 @@ class Supervisor:
 
     async def _launch(self, a: Launch) -> None:
         try:
-            if self._last_pids:
-                released = await gpu.wait_for_release(self._last_pids,
-                                                      self.config.timeouts.gpu_release_s)
+            if self._engine_started_once:
+                target: set[int] | int = (self._gpu_baseline if self._gpu_baseline is not None
+                                          else self._last_pids)
+                released = await gpu.wait_for_release(target, self.config.timeouts.gpu_release_s,
+                                                      gpu_indices=self._gpu_set())
                 if released is False:
                     foreign = self._foreign()
                     log.warning("gpu.not_released", pids=len(self._last_pids), foreign=foreign)
@@ -514,6 +526,9 @@ class Supervisor:
                                        f"{secret_path}: {exc.strerror}", config_error=True))
                 return
         env = engine_env(self.opts.environ, rc.env)
+        if not self._engine_started_once:
+            gpus = gpu.snapshot()
+            self._gpu_baseline = gpu.total_used(gpus, self._gpu_set()) if gpus else None
         try:
             proc = EngineProcess.spawn(rc.argv, env)
         except OSError as exc:
@@ -540,6 +555,7 @@ class Supervisor:
             forward=forward if self.config.logging.forward_engine_output else None,
             name=f"engine-log-{attempt}")
         pump.start()
+        self._engine_started_once = True
         self._engine = _Engine(attempt, a.profile, proc, pump, eof, secret_path)
         self._last_output = time.monotonic()
         self._capture_seconds = {}
@@ -565,7 +581,7 @@ class Supervisor:
         if eng.stopping is not None:
             with contextlib.suppress(Exception):
                 await eng.stopping
-        self._last_pids = {eng.proc.pid}
+        self._last_pids = eng.pids | {eng.proc.pid}
         if eng.secret_path:
             remove_secret_config(eng.secret_path)
         if self._engine is eng:
@@ -597,6 +613,8 @@ class Supervisor:
             return
         t = self.config.timeouts
         drain = t.drain_s if reason in GRACEFUL_STOPS else min(t.drain_s, FAILED_STOP_DRAIN_S)
+
+        eng.note_pids()
 
         async def stop() -> None:
             result = await eng.proc.stop(drain, t.kill_s)
@@ -643,7 +661,7 @@ class Supervisor:
             baseline_key=key, profile=profile, primary=self.config.profile_names[0],
             remediation=self._remediation, api_key=self.prep.api_key,
             our_pids=lambda: gpu.descendant_pids(next(iter(pids))) if pids else set(),
-            gpu_indices=_gpu_indices({**self.opts.environ, **self.config.engine.env}),
+            gpu_indices=self._gpu_set(),
             gpus_per_engine=tp_size(self._render(profile).argv))
 
     async def _ready_probe(self, attempt: int) -> None:
@@ -676,6 +694,8 @@ class Supervisor:
 
     def _on_ready(self) -> None:
         self.notifier.ready(self.lifecycle.status_text())
+        if self._engine is not None:
+            self._engine.note_pids()
         # READY=1 also ends a reload that kept the engine: the loops may already be running.
         if self._health_task is None or self._health_task.done():
             self._health_task = asyncio.ensure_future(self._health_loop(self.lifecycle.attempt))

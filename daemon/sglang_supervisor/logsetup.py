@@ -79,7 +79,9 @@ def _escape_controls(text: str) -> str:
         elif ch == "\t":
             out.append("\\t")
         elif not ch.isprintable() and ch != " ":
-            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                       else f"\\U{code:08x}")
         else:
             out.append(ch)
     return "".join(out)

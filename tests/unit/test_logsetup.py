@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sglang_supervisor import logsetup
 from sglang_supervisor.logsetup import (
@@ -28,12 +30,22 @@ from sglang_supervisor.logsetup import (
 LOGFMT_PAIR = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
+ESCAPE = re.compile(r'\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|.)')
+SIMPLE = {"n": "\n", "r": "\r", "t": "\t"}
+
+
+def unquote(raw: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if len(code) > 1:
+            return chr(int(code[1:], 16))
+        return SIMPLE.get(code, code)
+
+    return ESCAPE.sub(one, raw[1:-1])
+
+
 def parse_logfmt(text: str) -> dict[str, str]:
-    out = {}
-    for key, raw in LOGFMT_PAIR.findall(text):
-        quoted = raw.startswith('"')
-        out[key] = bytes(raw[1:-1], "utf-8").decode("unicode_escape") if quoted else raw
-    return out
+    return {key: unquote(raw) if raw.startswith('"') else raw for key, raw in LOGFMT_PAIR.findall(text)}
 
 
 @pytest.fixture(autouse=True)
@@ -329,3 +341,26 @@ def test_pure_helpers() -> None:
 def test_unknown_level_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="log level 'loud'"):
         configure_logging("json", io.StringIO(), level="loud")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.dictionaries(st.text(min_size=1, max_size=10), st.one_of(st.text(), st.integers(),
+                                                                              st.none(), st.booleans())))
+def test_any_event_renders_as_exactly_one_line(event: str, fields: dict[str, object]) -> None:
+    line = render_logfmt(event, fields)
+    assert "\n" not in line and "\r" not in line
+    for value in fields.values():
+        if isinstance(value, str):
+            rendered = logfmt_value(value)
+            assert "\n" not in rendered
+            assert parse_logfmt(f"k={rendered}")["k"] == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text())
+def test_any_engine_text_is_one_journald_line(text: str) -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    log_engine_line(text, 3)
+    assert buf.getvalue().count("\n") == 1
+    assert buf.getvalue().startswith("<3>engine_output source=engine text=")

@@ -475,7 +475,7 @@ def format_human(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _quiet_logging() -> None:
+def quiet_logging() -> None:
     """NVML and config warnings are findings here; keep stdout for the report."""
     structlog.configure(
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
@@ -540,7 +540,7 @@ def build_report(args: argparse.Namespace) -> Report:
 
 
 def main(args: argparse.Namespace) -> int:
-    _quiet_logging()
+    quiet_logging()
     report = build_report(args)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=False, default=str))

@@ -190,6 +190,13 @@ class GpuBusy:
     detail: str
 
 
+@dataclass(frozen=True)
+class PortBusy:
+    """Something else listens on the engine's port: starting would only fail minutes later."""
+
+    detail: str
+
+
 SupervisorInput = (
     Start
     | Launched
@@ -204,6 +211,7 @@ SupervisorInput = (
     | ReloadRequested
     | RegressionDecision
     | GpuBusy
+    | PortBusy
 )
 Input = SupervisorInput | EngineEvent
 
@@ -884,3 +892,9 @@ class Lifecycle:
         self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
         return acts + self._exit(ExitCode.TEMPORARY, f"GPU held by a foreign process: {inp.detail}",
                                  now)
+
+    def _on_PortBusy(self, inp: PortBusy, now: float) -> list[Action]:
+        if self._engine_alive:  # only meaningful before a launch: the engine owns its port
+            return []
+        return [Log("engine.port_in_use", "error", {"detail": inp.detail}),
+                *self._exit(ExitCode.TEMPORARY, f"engine port busy: {inp.detail}", now)]

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -58,6 +60,7 @@ from sglang_supervisor.policy import (
     NotifyStatus,
     NotifyStopping,
     Phase,
+    PortBusy,
     ProbeFailed,
     ProbeOk,
     RegressionDecision,
@@ -183,6 +186,21 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         backoff_s=config.restart.backoff_s,
         failure_grace_s=max(5.0, min(t.stall_s, 15.0)),
     )
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why the engine could not bind host:port now, or None when it could."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # Like uvicorn: SO_REUSEADDR, so a previous engine's TIME_WAIT does not count as busy.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"{host}:{port} is already in use ({exc.strerror}); stop what listens there " \
+                       "or set engine.port to a free port"
+    return None
 
 
 def _gpu_indices(env: Mapping[str, str]) -> set[int] | None:
@@ -322,8 +340,11 @@ class Supervisor:
                  profiles=",".join(self.config.profile_names), fingerprint=self.fp,
                  state_dir=self.config.state_dir, engine_log=self.config.engine.log_file)
         foreign = self._foreign()
+        busy_port = port_taken(self.config.engine.host, self.config.engine.port)
         if foreign:
             self.feed(GpuBusy(foreign))
+        elif busy_port:
+            self.feed(PortBusy(busy_port))
         else:
             self.feed(Start())
         try:

@@ -36,6 +36,7 @@ from sglang_supervisor.policy import (
     NotifyReloading,
     NotifyStopping,
     Phase,
+    PortBusy,
     ProbeFailed,
     ProbeOk,
     RegressionDecision,
@@ -335,6 +336,21 @@ def test_gpu_busy_exits_75() -> None:
     assert of(acts, StopEngine)
     acts = d.exit_engine(None, we_stopped=True)
     assert of(acts, Exit)[0].code == ExitCode.TEMPORARY
+
+
+def test_port_busy_before_start_exits_75_without_blame() -> None:
+    d = Driver()
+    acts = d.feed(PortBusy("127.0.0.1:30000 is taken by pid 99"))
+    assert of(acts, Exit)[0].code == ExitCode.TEMPORARY
+    assert not of(acts, MarkBad) and not of(acts, Launch)
+
+
+def test_engine_port_in_use_line_exits_75() -> None:
+    d = Driver()
+    d.start()
+    d.feed(fail(FailureClass.PORT_IN_USE, "[Errno 98] address already in use"))
+    acts = d.exit_engine(1)
+    assert of(acts, Exit)[0].code == ExitCode.TEMPORARY and not of(acts, MarkBad)
 
 
 # ------------------------------------------------------------------ after ready

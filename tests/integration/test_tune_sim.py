@@ -1,0 +1,110 @@
+"""tune over the simulator: the ranking follows the simulator's throughput model, a failing
+profile is survived, and the winner is what `run` starts with next."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_supervisor import policy, state
+from sglang_supervisor.commands import tune
+from sglang_supervisor.config import load_config
+from sglang_supervisor.supervisor import policy_settings, prepare
+from tiers import require
+
+pytestmark = pytest.mark.integration
+
+MODEL = "Qwen/Qwen3-1B"
+DECODE_TPS = 400.0
+SPEC = {
+    "speculative-algorithm": "NEXTN",
+    "speculative-num-steps": 3,
+    "speculative-eagle-topk": 1,
+    "speculative-num-draft-tokens": 4,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(tmp_path: Path) -> Path:
+    data = {
+        "name": "tunetest",
+        "engine": {
+            "command": ["{python}", "-m", "sglang_supervisor.simulator"],
+            "version": "0.5.23",
+            "model_path": MODEL,
+            "port": free_port(),
+            "log_file": str(tmp_path / "engine.log"),
+            "env": {"SGLANG_SIM_TIME_SCALE": "0.01", "SGLANG_SIM_DECODE_TPS": f"{DECODE_TPS:g}"},
+        },
+        "profiles": [
+            {
+                "name": "eager",
+                "args": {"cuda-graph-backend-decode": "disabled", "cuda-graph-backend-prefill": "disabled"},
+            },
+            {"name": "broken", "env": {"SGLANG_SIM_FAULTS": "capture-fail:decode"}},
+            {"name": "plain"},
+            {"name": "spec", "args": SPEC},
+        ],
+        "probe": {"input_tokens": 16, "max_new_tokens": 24, "timeout_s": 30},
+        "metrics": {"enabled": False},
+        "timeouts": {"stall_s": 60, "start_s": 120, "drain_s": 5, "kill_s": 5},
+        "state_dir": str(tmp_path / "state"),
+    }
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def expected_order() -> list[str]:
+    from sglang_supervisor.simulator import throughput
+
+    gb = throughput.model_gb_from_path(MODEL)
+    model = {
+        "eager": throughput.Profile(gb, decode_graph=False, prefill_graph=False, base_tps=DECODE_TPS),
+        "plain": throughput.Profile(gb, base_tps=DECODE_TPS),
+        "spec": throughput.Profile(gb, spec_steps=3, spec_draft_tokens=4, spec_topk=1, base_tps=DECODE_TPS),
+    }
+    return sorted(model, key=lambda n: -throughput.single_stream_tps(model[n]))
+
+
+def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Path) -> None:
+    require(
+        importlib.util.find_spec("sglang_supervisor.simulator.cli") is not None,
+        "the SGLang simulator (sglang_supervisor.simulator.cli) is not available",
+    )
+    path = write_config(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    ranking = report["ranking"]
+    working = [r["profile"] for r in ranking if r["decode_tps_p50"] is not None]
+    assert working == expected_order()
+    broken = next(r for r in ranking if r["profile"] == "broken")
+    assert broken["started"] is False and broken["failure"] and ranking[-1]["profile"] == "broken"
+    assert "[4/4] spec: starting" in proc.stderr  # live progress, profile by profile
+    # run: the same fingerprint, the winner first
+    config = load_config(path)
+    prepared = prepare(config, "0.5.23")
+    store = state.StateStore(config.state_dir)
+    fp = tune.deployment_fingerprint(prepared)
+    assert store.ranking(fp) == working
+    settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
+    assert policy.ladder_order(settings)[0] == report["winner"] == working[0]

@@ -102,12 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="file holding the API key (or set SGLANG_API_KEY)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("doctor", help="audit host, engine and profiles: the performance left on the table")
+    p = sub.add_parser("doctor", help="audit host, engine and profiles: the performance left on the table",
+                       epilog="exit status: 0 when no finding is an error (warnings allowed), 1 otherwise")
     _add_config(p)
     p.add_argument("--url", help="also inspect this running server (/server_info)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("tune", help="start each profile, probe it, rank them; run then starts the winner")
+    p = sub.add_parser("tune", help="start each profile, probe it, rank them; run then starts the winner",
+                       epilog="exit status: 0 a profile served (the winner is persisted), 69 none did, "
+                       "75 the engine port is busy (stop the supervisor first), 78 configuration error")
     _add_config(p)
     p.add_argument("--profiles", metavar="P,...", help="comma-separated profile names (default: all)")
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="probes per profile")

@@ -14,6 +14,7 @@ level, and PyPI's torchvision does not import beside the machine's CPU torch 2.1
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -73,7 +74,7 @@ def _venv(
     if marker.exists() and marker.read_text() == stamp:
         return python, "cached"
     start = time.monotonic()
-    subprocess.run(["rm", "-rf", str(path)], check=False)
+    shutil.rmtree(path, ignore_errors=True)
     ok, why = _run([sys.executable, "-m", "venv", str(path)])
     if ok and deps_site is not None:
         site = next((path / "lib").glob("python3*/site-packages"))

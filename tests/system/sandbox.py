@@ -250,6 +250,8 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 self.cgroup.rmdir()
         shutil.rmtree(self.state, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.state.parent.rmdir()  # only when no other sandbox uses it
 
     def _diagnostics(self) -> str:
         parts = []

@@ -132,9 +132,12 @@ def test_package_installs_user_units_and_config_but_starts_nothing(box: Sandbox)
 def test_broken_config_fails_with_78_and_is_not_restarted(box: Sandbox) -> None:
     unit = f"sglang-supervisor@{BROKEN}.service"
     (ETC / f"{BROKEN}.yaml").write_text("name: broken\nengine: 3\n")
-    box.systemctl("start", unit, check=False)
-    box.wait_for("the unit to fail", lambda: box.prop(unit, "ActiveState") == "failed", 60)
-    time.sleep(3)  # > RestartSec of the test drop-in: a restart would have happened by now
+    try:
+        box.systemctl("start", unit, check=False)
+        box.wait_for("the unit to fail", lambda: box.prop(unit, "ActiveState") == "failed", 60)
+        time.sleep(3)  # > RestartSec of the test drop-in: a restart would have happened by now
+    finally:
+        (ETC / f"{BROKEN}.yaml").unlink()
     props = box.show(unit, "ActiveState", "ExecMainStatus", "Result", "NRestarts")
     assert props == {"ActiveState": "failed", "ExecMainStatus": "78", "Result": "exit-code", "NRestarts": "0"}
     text = " ".join(str(e.get("MESSAGE", "")) for e in box.journal(unit=unit))

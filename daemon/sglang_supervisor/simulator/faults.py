@@ -1,0 +1,190 @@
+"""Fault specs for the simulator: a small grammar, parsed by pure functions.
+
+    SPEC  := KIND [":" ARG]... ["@" SECONDS] ["+" QUAL]...
+    QUAL  := "rank=" N              (which TP rank fails; default 0)
+           | "when=" FLAG["=" VALUE] (apply only if the command line has FLAG [with VALUE])
+
+Specs come from `--sim-fault SPEC` (repeatable) and `SGLANG_SIM_FAULTS` (separated by `,` or `;`).
+`+` separates qualifiers so that a spec stays one shell word and one list item.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+CAPTURE_PHASES = ("prefill", "decode", "verify", "draft", "draft-prefill", "draft-decode", "draft-extend")
+CAPTURE_MODES = ("oom", "error")
+HANG_STAGES = ("load", "capture", "serving")
+CRASH_STAGES = ("load", "capture")
+
+GRAMMAR_HELP = """\
+Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC"):
+  SPEC := KIND[:ARG...][@SECONDS][+rank=N][+when=--flag[=value]]
+  capture-fail:PHASE[:oom|:error]  capture of PHASE fails (prefill, decode, verify, draft,
+                                   draft-prefill, draft-decode, draft-extend; default oom)
+  kv-oom                           the KV cache pool does not fit (after weight load)
+  hang:load | hang:capture         output stops during weight load / capture, process stays
+  hang:serving[@S]                 S s after ready the scheduler freezes (/health 503 after 20 s)
+  crash:load | crash:capture       a rank is SIGKILLed during init (launcher exits 1)
+  crash[@S]                        a rank is SIGKILLed S s after ready (launcher exits -9)
+  watchdog[@S]                     from S s after ready a forward stalls: watchdog fires (-9)
+  nccl-timeout[@S]                 S s after ready a collective times out on the rank (abort)
+  degrade:FACTOR[@S]               from S s after ready tok/s x FACTOR (<1) or / FACTOR (>1)
+  eager-fallback[@S]               from S s after ready decode runs without CUDA graphs
+  ignore-sigterm                   SIGTERM is ignored (only SIGKILL stops it)
+  slow-drain:S                     the SIGTERM drain takes S s more
+  warmup-fail                      the warmup request fails after "Uvicorn running" (-9)
+  SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
+  +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
+  when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
+
+
+class FaultSpecError(ValueError):
+    """A fault spec that does not parse; the message names the spec and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class WhenFlag:
+    flag: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str  # capture-fail, kv-oom, hang, crash, watchdog, nccl-timeout, degrade, ...
+    stage: str | None = None  # capture phase / hang stage / crash stage
+    mode: str | None = None  # capture-fail: "oom" or "error"
+    at_s: float = 0.0  # simulated seconds after ready (serving faults)
+    factor: float | None = None  # degrade
+    seconds: float | None = None  # slow-drain
+    rank: int = 0
+    when: tuple[WhenFlag, ...] = ()
+
+    def applies_to(self, argv: Sequence[str]) -> bool:
+        return all(_has_flag(argv, w) for w in self.when)
+
+
+_KINDS = (
+    "capture-fail",
+    "kv-oom",
+    "hang",
+    "crash",
+    "watchdog",
+    "nccl-timeout",
+    "degrade",
+    "eager-fallback",
+    "ignore-sigterm",
+    "slow-drain",
+    "warmup-fail",
+)
+_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback"}
+_NUMBER = re.compile(r"^\d+(\.\d+)?$")
+
+
+def _has_flag(argv: Sequence[str], want: WhenFlag) -> bool:
+    for i, tok in enumerate(argv):
+        if tok == want.flag:
+            if want.value is None:
+                return True
+            if i + 1 < len(argv) and argv[i + 1] == want.value:
+                return True
+        elif tok.startswith(want.flag + "=") and (
+            want.value is None or tok[len(want.flag) + 1 :] == want.value
+        ):
+            return True
+    return False
+
+
+def _seconds(spec: str, text: str) -> float:
+    if not _NUMBER.match(text):
+        raise FaultSpecError(f"fault {spec!r}: {text!r} after '@' is not a number of seconds (e.g. @30)")
+    return float(text)
+
+
+def _one_of(spec: str, what: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise FaultSpecError(f"fault {spec!r}: unknown {what} {value!r}; use one of {', '.join(allowed)}")
+    return value
+
+
+def parse_fault(spec: str) -> Fault:
+    """Parse one SPEC (grammar in GRAMMAR_HELP). Raises FaultSpecError with the fix."""
+    text = spec.strip()
+    if not text:
+        raise FaultSpecError("empty fault spec; see `sglang-sim --help` for the grammar")
+    head, *quals = text.split("+")
+    rank = 0
+    when: list[WhenFlag] = []
+    for q in quals:
+        key, sep, val = q.partition("=")
+        if key == "rank" and sep and val.isdigit():
+            rank = int(val)
+        elif key == "when" and sep and val.startswith("--"):
+            flag, eq, fval = val.partition("=")
+            when.append(WhenFlag(flag, fval if eq else None))
+        else:
+            raise FaultSpecError(f"fault {spec!r}: bad qualifier {q!r}; use +rank=N or +when=--flag[=value]")
+    body, at_sep, at_text = head.partition("@")
+    kind, *args = body.split(":")
+    _one_of(spec, "fault kind", kind, _KINDS)
+    at_s = _seconds(spec, at_text) if at_sep else 0.0
+    if at_sep and kind not in _TIMED:
+        raise FaultSpecError(f"fault {spec!r}: {kind} takes no '@SECONDS'")
+    tw = tuple(when)
+
+    def nargs(lo: int, hi: int, usage: str) -> None:
+        if not lo <= len(args) <= hi:
+            raise FaultSpecError(f"fault {spec!r}: expected {usage}")
+
+    if kind == "capture-fail":
+        nargs(1, 2, "capture-fail:PHASE[:oom|:error]")
+        phase = _one_of(spec, "capture phase", args[0], CAPTURE_PHASES)
+        mode = _one_of(spec, "capture failure mode", args[1], CAPTURE_MODES) if len(args) > 1 else "oom"
+        return Fault(kind, stage=phase, mode=mode, rank=rank, when=tw, at_s=at_s)
+    if kind == "hang":
+        nargs(1, 1, "hang:load, hang:capture or hang:serving[@S]")
+        stage = _one_of(spec, "hang stage", args[0], HANG_STAGES)
+        if at_sep and stage != "serving":
+            raise FaultSpecError(f"fault {spec!r}: only hang:serving takes '@SECONDS'")
+        return Fault(kind, stage=stage, rank=rank, when=tw, at_s=at_s)
+    if kind == "crash":
+        nargs(0, 1, "crash:load, crash:capture or crash[@S]")
+        crash_stage = _one_of(spec, "crash stage", args[0], CRASH_STAGES) if args else None
+        if at_sep and crash_stage is not None:
+            raise FaultSpecError(f"fault {spec!r}: crash:{crash_stage} takes no '@SECONDS' (use crash@S)")
+        return Fault(kind, stage=crash_stage, rank=rank, when=tw, at_s=at_s)
+    if kind == "degrade":
+        nargs(1, 1, "degrade:FACTOR[@S], e.g. degrade:0.5@60")
+        try:
+            factor = float(args[0])
+        except ValueError:
+            raise FaultSpecError(f"fault {spec!r}: FACTOR {args[0]!r} is not a number") from None
+        if factor <= 0 or factor == 1:
+            raise FaultSpecError(f"fault {spec!r}: FACTOR must be > 0 and != 1 (0.5 halves, 2 halves too)")
+        return Fault(kind, factor=factor, rank=rank, when=tw, at_s=at_s)
+    if kind == "slow-drain":
+        nargs(1, 1, "slow-drain:SECONDS")
+        return Fault(kind, seconds=_seconds(spec, args[0]), rank=rank, when=tw, at_s=at_s)
+    nargs(0, 0, f"{kind} without ':' arguments")
+    return Fault(kind, rank=rank, when=tw, at_s=at_s)
+
+
+def split_env(value: str) -> list[str]:
+    """`SGLANG_SIM_FAULTS` items, separated by `,` or `;` (blank items ignored)."""
+    return [part.strip() for part in re.split(r"[,;]", value) if part.strip()]
+
+
+def parse_faults(specs: Iterable[str]) -> tuple[Fault, ...]:
+    return tuple(parse_fault(s) for s in specs)
+
+
+def active(faults: Iterable[Fault], argv: Sequence[str]) -> tuple[Fault, ...]:
+    """The faults whose `when=` bindings match this command line."""
+    return tuple(f for f in faults if f.applies_to(argv))
+
+
+def degrade_multiplier(factor: float) -> float:
+    """`degrade:0.5` and `degrade:2` both halve the rate."""
+    return factor if factor < 1 else 1.0 / factor

@@ -1,0 +1,327 @@
+"""The simulated scheduler while serving: a batch loop that paces tokens by the throughput model.
+
+Requests wait in a queue, get prefilled (a `Prefill batch, ...` line), then decode together in
+steps whose duration comes from `throughput.step_seconds` for the current batch size; with
+speculative decoding each step yields the accept length in tokens. Every `--decode-log-interval`
+steps TP0 prints `Decode batch, ...`. The loop sleeps on an event when idle (no CPU) and
+coalesces steps shorter than 10 ms into one wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sglang_supervisor.simulator import logfmt, throughput
+from sglang_supervisor.simulator.args import SimConfig
+from sglang_supervisor.simulator.faults import degrade_multiplier
+
+_MIN_WAKE_S = 0.01
+WORDS = (
+    "the",
+    " capital",
+    " of",
+    " France",
+    " is",
+    " Paris",
+    ".",
+    " It",
+    " has",
+    " a",
+    " long",
+    " history",
+    " and",
+    " many",
+    " museums",
+    ",",
+    " parks",
+    " and",
+    " cafes",
+)
+
+
+class Log:
+    """SGLang-format lines on stderr: the launcher's own (no prefix) and TP0's."""
+
+    def __init__(self, cfg: SimConfig, write: Callable[[str], None] | None = None) -> None:
+        self.ms = os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true", "yes")
+        self.tp0_prefix = logfmt.rank_prefix(0, cfg.tp_size)
+        self._write = write or _write_stderr
+
+    def main(self, message: str) -> None:
+        self._write(logfmt.line(message, time.time(), ms=self.ms))
+
+    def tp0(self, message: str) -> None:
+        self._write(logfmt.line(message, time.time(), ms=self.ms, prefix=self.tp0_prefix))
+
+    def rank(self, rank: int, message: str, tp_size: int) -> None:
+        self._write(logfmt.line(message, time.time(), ms=self.ms, prefix=logfmt.rank_prefix(rank, tp_size)))
+
+    def raw(self, text: str) -> None:
+        self._write(text)
+
+
+def _write_stderr(text: str) -> None:
+    data = text.encode()
+    while data:
+        data = data[os.write(2, data) :]
+
+
+@dataclass(eq=False)
+class Request:
+    prompt_tokens: int
+    max_new_tokens: int
+    cached_tokens: int = 0
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    generated: int = 0
+    verify_ct: int = 0
+    acc: float = 0.0
+    created: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    updates: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.max_new_tokens
+
+
+@dataclass
+class Counters:
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    requests: int = 0
+    aborted: int = 0
+    decode_graph_passes: int = 0
+    decode_eager_passes: int = 0
+    prefill_graph_passes: int = 0
+    prefill_eager_passes: int = 0
+
+
+class Engine:
+    """Scheduler state machine + batch loop. Fault hooks flip `wedged`, `eager`, `rate_multiplier`."""
+
+    def __init__(self, cfg: SimConfig, log: Log) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.profile = cfg.profile
+        self.status = "starting"  # starting -> up -> (draining); "unhealthy" after a failed health check
+        self.draining = False
+        self.unhealthy = False
+        self.wedged = False
+        self.eager = not cfg.decode_graph
+        self.rate_multiplier = 1.0
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.counters = Counters()
+        self.last_gen_throughput = 0.0
+        self.last_accept_length = throughput.accept_length(self.profile) if cfg.speculative else 0.0
+        self.kv_tokens = 0
+        self._wake = asyncio.Event()
+        self._unwedge = asyncio.Event()
+        self._seen_prompts: dict[str, int] = {}
+        self.busy_since: float | None = None  # when a batch last went in flight while wedged
+        self.observers: list[Callable[[str, float], None]] = []  # latency histograms (metrics)
+        self.startup_graph_times: dict[str, float] = {}
+        self.memory_usage: dict[str, float] = {}
+
+    def _observe(self, name: str, value: float) -> None:
+        for observe in self.observers:
+            observe(name, value)
+
+    def flush_cache(self) -> None:
+        self._seen_prompts.clear()
+
+    # -- submission ----------------------------------------------------------------------------
+
+    def prompt_tokens_for(self, text: str | None, input_ids: list[int] | None) -> int:
+        if input_ids is not None:
+            return max(1, len(input_ids))
+        return max(1, math.ceil(len((text or "").encode()) / 4))
+
+    def submit(self, prompt_tokens: int, max_new_tokens: int, key: str | None = None) -> Request:
+        cached = 0
+        if key is not None:
+            if key in self._seen_prompts:
+                cached = prompt_tokens - 1
+            elif len(self._seen_prompts) < 4096:
+                self._seen_prompts[key] = prompt_tokens
+        req = Request(prompt_tokens, max(0, max_new_tokens), cached)
+        self.counters.requests += 1
+        self.counters.prompt_tokens += prompt_tokens
+        self.waiting.append(req)
+        if self.wedged and self.busy_since is None:
+            self.busy_since = time.monotonic()
+        self._wake.set()
+        return req
+
+    def abort(self, req: Request) -> None:
+        if req in self.running:
+            self.running.remove(req)
+            self.counters.aborted += 1
+        elif req in self.waiting:
+            self.waiting.remove(req)
+            self.counters.aborted += 1
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def wedge(self) -> None:
+        self.wedged = True
+        if self.num_requests and self.busy_since is None:
+            self.busy_since = time.monotonic()
+
+    def degrade(self, factor: float) -> None:
+        self.rate_multiplier *= degrade_multiplier(factor)
+
+    # -- the batch loop ------------------------------------------------------------------------
+
+    def token_usage(self, extra: int = 0) -> float:
+        used = sum(r.prompt_tokens + r.generated for r in self.running) + extra
+        return used / self.kv_tokens if self.kv_tokens else 0.0
+
+    def true_single_stream_tps(self) -> float:
+        return throughput.single_stream_tps(self.profile, eager=self.eager) * self.rate_multiplier
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        window_tokens = 0
+        window_start = loop.time()
+        steps_since_log = 0
+        while True:
+            if self.wedged:
+                await self._unwedge.wait()  # never set: a wedged scheduler stays wedged
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                window_start = loop.time()
+                window_tokens = 0
+                continue
+            if self.waiting and len(self.running) < self.profile.max_running_requests:
+                await self._prefill()
+                continue
+            batch = len(self.running)
+            step = throughput.step_seconds(self.profile, batch, eager=self.eager) / self.rate_multiplier
+            k = max(1, math.ceil(_MIN_WAKE_S / step))
+            k = min(k, max(1, min(r.max_new_tokens - r.generated for r in self.running)))
+            await asyncio.sleep(k * step)
+            if self.wedged:
+                continue
+            accept = throughput.accept_length(self.profile)
+            now = time.monotonic()
+            finished: list[Request] = []
+            for req in self.running:
+                produced = 0
+                for _ in range(k):
+                    if req.done:
+                        break
+                    req.acc += accept
+                    n = max(1, int(req.acc))
+                    req.acc -= n
+                    n = min(n, req.max_new_tokens - req.generated)
+                    req.generated += n
+                    req.verify_ct += 1
+                    produced += n
+                if req.first_token_at is None and produced:
+                    req.first_token_at = now
+                self._observe("itl", k * step / max(produced, 1))
+                window_tokens += produced
+                self.counters.generation_tokens += produced
+                req.updates.put_nowait(produced)
+                if req.done:
+                    req.finished_at = now
+                    finished.append(req)
+            if self.eager:
+                self.counters.decode_eager_passes += k
+            else:
+                self.counters.decode_graph_passes += k
+            steps_since_log += k
+            for req in finished:
+                self.running.remove(req)
+                self._observe("e2e", now - req.created)
+                req.updates.put_nowait(-1)
+            if steps_since_log >= self.cfg.decode_log_interval:
+                elapsed = loop.time() - window_start
+                self.last_gen_throughput = window_tokens / elapsed if elapsed > 0 else 0.0
+                self._decode_line(batch)
+                steps_since_log = 0
+                window_tokens = 0
+                window_start = loop.time()
+
+    async def _prefill(self) -> None:
+        room = self.profile.max_running_requests - len(self.running)
+        new = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+        new_tokens = sum(r.prompt_tokens - r.cached_tokens for r in new)
+        seconds = throughput.prefill_seconds(self.profile, new_tokens) / self.rate_multiplier
+        await asyncio.sleep(seconds)
+        graph = self.cfg.prefill_backend != "disabled"
+        if graph:
+            self.counters.prefill_graph_passes += 1
+        else:
+            self.counters.prefill_eager_passes += 1
+        usage = self._usage_prefill(new_tokens)
+        self.log.tp0(
+            f"Prefill batch, #new-seq: {len(new)}, #new-token: {new_tokens}, "
+            f"#cached-token: {sum(r.cached_tokens for r in new)}, {usage}, "
+            f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, #pending-token: 0, "
+            f"{self._image_field()}cuda graph: {graph}, "
+            f"input throughput (token/s): {new_tokens / max(seconds, 1e-6):.2f}"
+        )
+        now = time.monotonic()
+        for req in new:
+            self._observe("ttft", now - req.created)
+            if req.max_new_tokens == 0:
+                req.finished_at = now
+                req.updates.put_nowait(-1)
+            else:
+                # the prefill forward emits the first token
+                req.generated = 1
+                req.verify_ct = 0
+                req.first_token_at = now
+                self.counters.generation_tokens += 1
+                req.updates.put_nowait(1)
+                if req.done:
+                    req.finished_at = now
+                    self._observe("e2e", now - req.created)
+                    req.updates.put_nowait(-1)
+                else:
+                    self.running.append(req)
+
+    def _image_field(self) -> str:
+        return "waiting-image-req: 0, " if self.cfg.language_only else ""
+
+    def _usage_prefill(self, new_tokens: int) -> str:
+        usage = self.token_usage(new_tokens)
+        if self.cfg.hybrid:
+            return f"full token usage: {usage:.2f}, mamba usage: {len(self.running) / 64:.2f}"
+        return f"token usage: {usage:.2f}"
+
+    def _decode_line(self, batch: int) -> None:
+        tokens = sum(r.prompt_tokens + r.generated for r in self.running)
+        usage = self.token_usage()
+        if self.cfg.hybrid:
+            use = (
+                f"#full token: {tokens}, full token usage: {usage:.2f}, mamba num: {batch}, "
+                f"mamba usage: {batch / max(self.cfg.max_running_requests * 2, 1):.2f}"
+            )
+        else:
+            use = f"#token: {tokens}, token usage: {usage:.2f}"
+        spec = ""
+        if self.cfg.speculative:
+            accept = throughput.accept_length(self.profile)
+            rate = (accept - 1) / max(self.cfg.spec_steps, 1)
+            spec = f"accept len: {accept:.2f}, accept rate: {min(rate, 1.0):.2f}, "
+        self.log.tp0(
+            f"Decode batch, #running-req: {batch}, {use}, {spec}{self._image_field()}"
+            f"cuda graph: {not self.eager}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.waiting)}"
+        )

@@ -99,13 +99,23 @@ def seconds(box: Sandbox, timespan: str) -> float:
     return int(match.group(1)) / 1e6
 
 
+def diagnose(box: Sandbox) -> str:
+    """systemctl status and the journal's tail, for a failure message."""
+    status = box.systemctl("status", UNIT, check=False)
+    tail = box.run("journalctl", "--no-pager", "-u", UNIT, "-n", "40", check=False).stdout
+    return f"{status}\n--- journal\n{tail}"
+
+
 def wait_active(box: Sandbox, timeout: float = START_S) -> None:
     def state() -> bool:
         s = box.prop(UNIT, "ActiveState")
-        assert s != "failed", box.systemctl("status", UNIT, check=False)
+        assert s != "failed", diagnose(box)
         return s == "active"
 
-    box.wait_for(f"{UNIT} active", state, timeout)
+    try:
+        box.wait_for(f"{UNIT} active", state, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnose(box)}") from None
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +166,10 @@ def test_start_is_activating_while_capturing_and_active_after_the_first_probe(bo
         assert p["ActiveState"] != "failed", box.systemctl("status", UNIT, check=False)
         return p["ActiveState"] == "active"
 
-    box.wait_for("active", sample, START_S, interval=0.05)
+    try:
+        box.wait_for("active", sample, START_S, interval=0.05)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnose(box)}") from None
     assert any(state == "activating" and "capturing" in status for state, status in seen), seen
     entries = box.journal(unit=UNIT)
     started = [e for e in entries if str(e.get("MESSAGE", "")).startswith("Started ")]

@@ -165,7 +165,9 @@ def sim_parser() -> argparse.ArgumentParser:
 def build_parser(catalog: FlagCatalog) -> argparse.ArgumentParser:
     """argparse for the emulated release: every catalogue flag, SGLang's program name."""
     p = argparse.ArgumentParser(prog=PROG, allow_abbrev=catalog.allow_abbrev)
-    for opt, flag in catalog.options.items():
+    # --model-path first, as in SGLang's usage line; the catalogue holds the rest sorted by name
+    ordered = sorted(catalog.options.items(), key=lambda item: item[0] != "--model-path")
+    for opt, flag in ordered:
         if opt in ("-h", "--help") or not opt.startswith("--"):
             continue
         dest = opt[2:].replace("-", "_")

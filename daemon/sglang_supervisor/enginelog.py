@@ -34,7 +34,6 @@ from sglang_supervisor.events import (
 READ_SIZE = 64 * 1024
 REDACTED = b"***"
 MIN_SECRET_LEN = 4  # same floor as logsetup: shorter strings would shred ordinary text
-REOPEN_CHECK_S = 1.0  # how often to notice that the log file was deleted or moved away
 RETRY_AFTER_ERROR_S = 5.0  # after a failed write (disk full), try the file again this much later
 PROGRESS_FORWARD_S = 5.0  # forward at most one `\r` progress frame this often (file keeps all)
 FORWARD_QUEUE_LINES = 2000
@@ -114,7 +113,6 @@ class RotatingByteLog:
         self._fh: int | None = None
         self._size = 0
         self._ident: tuple[int, int] | None = None
-        self._next_check = 0.0
         self._retry_at = 0.0
 
     def _open(self) -> bool:
@@ -169,10 +167,10 @@ class RotatingByteLog:
         if self._fh is None and now < self._retry_at:
             self.dropped_bytes += len(data)
             return
-        if self._fh is not None and now >= self._next_check:
-            self._next_check = now + REOPEN_CHECK_S
-            if not self._still_ours():
-                self._close()
+        # One stat per read (at most 64 KiB) is cheap next to the write, and catches a deletion
+        # (logrotate, an operator's rm) on the very next output.
+        if self._fh is not None and not self._still_ours():
+            self._close()
         if self._fh is not None and self._size > 0 and self._size + len(data) > self.max_bytes:
             self._rotate()
         if self._fh is None and not self._open():

@@ -78,8 +78,10 @@ def free_port() -> int:
 
 
 class Sim:
-    def __init__(self, tmp: Path, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self, tmp: Path, argv: list[str], env: dict[str, str] | None = None, port: int | None = None
+    ) -> None:
+        self.port = port or free_port()
         self.err_path = tmp / f"sim-{self.port}.err"
         self.out_path = tmp / f"sim-{self.port}.out"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
@@ -132,8 +134,10 @@ def sims(tmp_path: Path) -> Iterator[list[Sim]]:
         s.kill()
 
 
-def start(sims: list[Sim], tmp: Path, argv: list[str], env: dict[str, str] | None = None) -> Sim:
-    sim = Sim(tmp, argv, env)
+def start(
+    sims: list[Sim], tmp: Path, argv: list[str], env: dict[str, str] | None = None, port: int | None = None
+) -> Sim:
+    sim = Sim(tmp, argv, env, port)
     sims.append(sim)
     return sim
 
@@ -350,6 +354,32 @@ def test_startup_failures_exit_like_sglang(
     sim = start(sims, tmp_path, NEXTN, {"SGLANG_SIM_FAULTS": fault})
     assert sim.wait_exit() == code
     assert text in sim.log()
+    wait_gone(sim)
+
+
+def test_port_in_use_is_uvicorns_bind_error(sims: list[Sim], tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny"], port=squatter.getsockname()[1])
+        assert sim.wait_exit() == 3  # uvicorn's STARTUP_FAILURE, as under SGLang
+    assert b"ERROR:    [Errno 98] error while attempting to bind on address" in sim.log()
+    assert b"Traceback" not in sim.log()
+    wait_gone(sim)
+
+
+def test_nccl_timeout_aborts_the_rank_then_the_launcher(sims: list[Sim], tmp_path: Path) -> None:
+    sim = start(
+        sims,
+        tmp_path,
+        ["--model-path", "/tmp/tiny", "--tp-size", "2"],
+        {"SGLANG_SIM_FAULTS": "nccl-timeout@0+rank=1"},
+    )
+    assert sim.wait_exit() == -9
+    log = sim.log()
+    assert b"[rank1]:[E" in log and b"Watchdog caught collective operation timeout" in log
+    assert b"Subprocess scheduler_1 (pid=" in log and b"crashed with exit code -6" in log
     wait_gone(sim)
 
 

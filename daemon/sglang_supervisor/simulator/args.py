@@ -340,7 +340,8 @@ def resolve(
     server_args["tokenizer_path"] = get("tokenizer_path") or model_path
     server_args["served_model_name"] = get("served_model_name") or model_path
     server_args["host"] = get("host") or "127.0.0.1"
-    server_args["port"] = int(get("port") or 30000)
+    port_flag = get("port")
+    server_args["port"] = 30000 if port_flag is None else int(port_flag)
     deprecated = tuple(
         (opt, flag.deprecated_to)
         for opt, flag in catalog.options.items()

@@ -161,7 +161,7 @@ class Launcher:
             if code is not None:
                 return code
             return asyncio.run(self._serve())
-        except SystemExit as exc:  # uvicorn's bind failure: sys.exit(1)
+        except SystemExit as exc:  # never leave the children behind, whatever exits
             self.kill_children()
             return int(exc.code) if isinstance(exc.code, int) else 1
         except KeyboardInterrupt:
@@ -254,11 +254,11 @@ class Launcher:
             loop="asyncio",
         )
         self.uvicorn = uvicorn.Server(config)
-        serve_task = asyncio.create_task(self.uvicorn.serve())
+        serve_task = asyncio.create_task(self._uvicorn_serve(self.uvicorn))
         while not self.uvicorn.started:
-            if serve_task.done():
-                serve_task.result()
-                return 1
+            if serve_task.done():  # could not bind: uvicorn logged why; exit with its code
+                self.kill_children()
+                return serve_task.result()
             await asyncio.sleep(0.01)
         if self.fault("ignore-sigterm"):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -277,6 +277,14 @@ class Launcher:
         for t in tasks:
             t.cancel()
         return self.exit_code or 0
+
+    @staticmethod
+    async def _uvicorn_serve(srv: uvicorn.Server) -> int:
+        try:
+            await srv.serve()
+        except SystemExit as exc:  # uvicorn exits 3 when it cannot bind (port in use)
+            return exc.code if isinstance(exc.code, int) else 1
+        return 0
 
     async def _warmup(self) -> None:
         cfg = self.cfg

@@ -71,7 +71,8 @@ def fault_first_profile(data: dict[str, Any], *specs: str) -> dict[str, Any]:
 class Daemon:
     """One `sglang-supervisor run` process, its notify socket and its JSON log."""
 
-    def __init__(self, workdir: Path, data: dict[str, Any], *extra: str) -> None:
+    def __init__(self, workdir: Path, data: dict[str, Any], *extra: str,
+                 env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
         self.config = workdir / "config.yaml"
         self.write_config(data)
@@ -83,13 +84,14 @@ class Daemon:
         self.notes: list[str] = []
         self.raw: list[str] = []
         self._cv = threading.Condition()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SIM")}
-        env["NOTIFY_SOCKET"] = str(self.sock_dir / "n")
-        env["PYTHONUNBUFFERED"] = "1"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SIM")}
+        full_env["NOTIFY_SOCKET"] = str(self.sock_dir / "n")
+        full_env["PYTHONUNBUFFERED"] = "1"
+        full_env.update(env or {})
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang_supervisor", "run", "--config", str(self.config),
              "--log-format", "json", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, text=True)
         self._threads = [threading.Thread(target=self._read_log, daemon=True),
                          threading.Thread(target=self._read_notify, daemon=True)]
         for t in self._threads:
@@ -194,8 +196,9 @@ def daemons() -> Iterator[list[Daemon]]:
         d.close()
 
 
-def start(daemons: list[Daemon], workdir: Path, data: dict[str, Any], *extra: str) -> Daemon:
-    d = Daemon(workdir, data, *extra)
+def start(daemons: list[Daemon], workdir: Path, data: dict[str, Any], *extra: str,
+          env: dict[str, str] | None = None) -> Daemon:
+    d = Daemon(workdir, data, *extra, env=env)
     daemons.append(d)
     return d
 
@@ -215,11 +218,15 @@ def stop_cleanly(d: Daemon) -> None:
 # ------------------------------------------------------------------------------------ tests
 
 def test_capture_success_ready_after_every_capture_and_probe(daemons, workdir) -> None:
-    d = start(daemons, workdir, base_config(workdir))
+    d = start(daemons, workdir, base_config(workdir), env={"WATCHDOG_USEC": "2000000"})
+    spawned = d.event("engine.spawned")
+    engine_env = Path(f"/proc/{spawned['pid']}/environ").read_bytes().split(b"\0")
+    assert not any(v.startswith((b"NOTIFY_SOCKET=", b"WATCHDOG_USEC=")) for v in engine_env)
     d.notified("READY=1")
+    assert any(n.startswith("EXTEND_TIMEOUT_USEC=") for n in d.notes)  # while the log moved
+    d.notified("WATCHDOG=1")
     ready = d.event("supervisor.ready")
     assert ready["profile"] == "tuned" and ready["tok_s"] > 0
-    spawned = d.event("engine.spawned")
     ends = d.named("engine.capture_end")
     # TP 2 with NEXTN: verify + prefill on both ranks, draft prefill on both, draft decode and
     # extend on TP0: every expected capture ended before READY.

@@ -697,7 +697,12 @@ class Supervisor:
                     Phase.WARMING_UP, Phase.CAPTURING_GRAPHS):
                 await monitor.aclose()
                 return
-            result = await monitor.first_probe()
+            try:
+                result = await asyncio.wait_for(monitor.first_probe(),
+                                                max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                last_error, hung = "no answer within timeouts.ready_probe_s", True
+                break
             if result.ok:
                 if self.lifecycle.attempt == attempt:
                     self._monitor = monitor

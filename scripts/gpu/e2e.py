@@ -527,16 +527,25 @@ class E2E:
         cfg = self.config("main")
         sup = SupervisorRun(self.o.python, cfg, self.work / "main", "main")
         try:
-            ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - 200 if self.real
-                             else self.deadline - 20)
+            reserve = (80 if self.o.throughput_ab else 200) if self.real else 20
+            ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - reserve)
             self.s1_ready_gate(sup, ready)
             if not ready:
                 for n in ("s2_throughput", "s4_restart_stop", "s5_doctor_metrics"):
                     self.skip(n, "the supervised engine never became ready (see s1)")
                 return
-            doctor = self.start_doctor(sup)
             supervised = self.s2_supervised(sup)
-            self.s5_doctor_metrics(sup, doctor)
+            self.hand_cfg = cfg
+            if self.o.throughput_ab:
+                rc, secs = sup.stop(60)
+                self.record("s2_throughput", [check("supervised probe measured",
+                                                    bool(supervised["probe_series"]["median_tok_s"]),
+                                                    supervised["probe_series"]["median_tok_s"])],
+                            {"supervised": supervised, "sigterm": {"rc": rc, "seconds": secs}},
+                            note="A/B run: hand (file) first, then supervised, then hand (pipe)")
+                return
+            # doctor imports SGLang's parser (seconds of CPU): never while the probes run.
+            self.s5_doctor_metrics(sup, self.start_doctor(sup))
             self.s4_restart_stop(sup)
             self.s2_hand(supervised, cfg)
         finally:
@@ -849,6 +858,13 @@ class E2E:
         finally:
             sup.close()
 
+    def s2a_hand_first(self) -> None:
+        """A/B diagnostic: a hand launch as the FIRST engine on the machine (stdout to a file)."""
+        cfg = self.config("handfirst")
+        res = self.hand_launch(cfg)
+        med = (res.get("probe_series") or {}).get("median_tok_s")
+        self.record("s2a_hand_first", [check("hand launch measured", bool(med), med)], {"hand_first": res})
+
     def s2b_pipe(self) -> None:
         """Diagnostic: the same hand launch with stdout into a pipe that a thread drains."""
         cfg = getattr(self, "hand_cfg", None)
@@ -858,7 +874,10 @@ class E2E:
             return
         res = self.hand_launch(cfg, pipe=True)
         med = (res.get("probe_series") or {}).get("median_tok_s")
-        file_med = self.report["scenarios"]["s2_throughput"]["numbers"]["hand"]["probe_series"]["median_tok_s"]
+        nums = {**self.report["scenarios"].get("s2a_hand_first", {}).get("numbers", {}),
+                **self.report["scenarios"]["s2_throughput"]["numbers"]}
+        file_run = nums.get("hand") if isinstance(nums.get("hand"), dict) else nums.get("hand_first", {})
+        file_med = (file_run.get("probe_series") or {}).get("median_tok_s")
         self.record("s2b_pipe_diagnostic", [check("pipe launch measured", bool(med), med)],
                     {"hand_pipe": res, "pipe_over_file": round(med / file_med, 4) if med and file_med else None})
 
@@ -893,7 +912,7 @@ class E2E:
 
     def run(self) -> int:
         order = {"main": self.main_run, "fallback": self.s3_fallback, "tune": self.s6_tune,
-                 "pipe": self.s2b_pipe}
+                 "pipe": self.s2b_pipe, "hand": self.s2a_hand_first}
         for name in self.o.only.split(","):
             try:
                 order[name]()
@@ -950,6 +969,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the supervisor")
     p.add_argument("--engine-python", default=sys.executable, help="interpreter that runs SGLang")
     p.add_argument("--probe-runs", type=int, default=5)
+    p.add_argument("--throughput-ab", action="store_true",
+                   help="main run only measures tok/s and stops (for --only hand,main,pipe)")
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default="main,fallback,pipe,tune",
                    help="comma-separated, in order: main,fallback,pipe,tune")

@@ -28,13 +28,14 @@ def read_all(proc: EngineProcess) -> bytes:
 def test_spawn_own_session_one_pipe_no_notify_env() -> None:
     env = engine_env({"PATH": os.environ["PATH"], "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "1"},
                      {"FOO": "bar"})
-    script = 'echo out; echo err >&2; echo "sid=$(ps -o sid= -p $$) pgid=$(ps -o pgid= -p $$)"; ' \
+    script = 'echo out; echo err >&2; echo "sid=$(ps -o sid= -p $$ | tr -d " ") ' \
+             'pgid=$(ps -o pgid= -p $$ | tr -d " ")"; ' \
              'echo "notify=${NOTIFY_SOCKET:-unset} foo=$FOO"; read x || echo stdin-eof'
     proc = EngineProcess.spawn(["sh", "-c", script], env)
     out = read_all(proc).decode()
     assert asyncio.run(proc.wait()) == 0
     assert "out\nerr\n" in out  # stderr shares the stdout pipe
-    assert f"sid={proc.pid} pgid={proc.pid}" in " ".join(out.split())
+    assert f"sid={proc.pid} pgid={proc.pid}" in out
     assert "notify=unset foo=bar" in out
     assert "stdin-eof" in out
 

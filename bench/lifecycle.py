@@ -164,7 +164,7 @@ def stop_and_time(d: BenchDaemon) -> float:
 def busy_load(url: str, stop: threading.Event) -> None:
     import httpx
 
-    body = {"text": "hello " * 32, "sampling_params": {"max_new_tokens": 4096, "ignore_eos": True},
+    body = {"text": "hello " * 32, "sampling_params": {"max_new_tokens": 512, "ignore_eos": True},
             "stream": True}
     with httpx.Client(timeout=60) as client:
         while not stop.is_set():
@@ -175,19 +175,28 @@ def busy_load(url: str, stop: threading.Event) -> None:
                         break
 
 
-def ready_and_stop(n: int, busy: int) -> tuple[list[float], list[float], list[float]]:
-    ready: list[float] = []
+def ready_and_stop(n: int, busy: int) -> tuple[dict[str, list[float]], list[float], list[float]]:
+    ready: dict[str, list[float]] = {"total": [], "parse": [], "probe": [], "notify": []}
     idle_stop: list[float] = []
     busy_stop: list[float] = []
     for i in range(n + busy):
         with tempfile.TemporaryDirectory(prefix="bench-life-") as tmp:
             work = Path(tmp)
             data = bench_config(work)
+            # A fast engine: the first probe (8 tokens), which READY waits for, costs ~2 ms of decode.
+            data["engine"]["env"]["SGLANG_SIM_DECODE_TPS"] = "5000"
             d = BenchDaemon(work, data)
             try:
                 t_ready = d.note_time("READY=1")
                 line = d.wait(lambda d=d: next((s for s in d.stamps() if s[0] == "ready"), None))
-                ready.append((t_ready - int(line[2])) / 1e9)
+                wall_written, mono_written = int(line[1]) / 1e9, int(line[2])
+                total = (t_ready - mono_written) / 1e9
+                engine_ready = ts(d.wait(lambda d=d: (d.named("engine.ready") or [None])[0]))
+                sup_ready = ts(d.wait(lambda d=d: (d.named("supervisor.ready") or [None])[0]))
+                ready["total"].append(total)
+                ready["parse"].append(engine_ready - wall_written)
+                ready["probe"].append(sup_ready - engine_ready)
+                ready["notify"].append(wall_written + total - sup_ready)
                 if i < n:
                     idle_stop.append(stop_and_time(d))
                 else:
@@ -232,17 +241,17 @@ def hangs(n: int, stall_s: float) -> list[float]:
             work = Path(tmp)
             d = BenchDaemon(work, bench_config(work, engine_faults="hang:capture", stall_s=stall_s))
             try:
-                want = min(5, n - len(ratios))
-                d.wait(lambda d=d, want=want: len(d.named("engine.hang")) >= want,
-                       timeout=60 + 4 * want * stall_s)
+                # Every profile with graphs hangs; the last one (eager, no capture) comes up.
+                d.wait(lambda d=d: d.named("supervisor.ready") or d.named("supervisor.exit"),
+                       timeout=60 + 10 * stall_s)
                 outs = [int(s[1]) / 1e9 for s in d.stamps() if s[0] == "out"]
-                for ev in d.named("engine.hang")[:want]:
+                for ev in d.named("engine.hang"):
                     t_hang = ts(ev)
                     last = max(t for t in outs if t <= t_hang)
                     ratios.append((t_hang - last) / stall_s)
             finally:
                 d.close()
-    return ratios
+    return ratios[:n]
 
 
 def run(key: str, quick: bool, starts: int) -> Section:
@@ -253,17 +262,24 @@ def run(key: str, quick: bool, starts: int) -> Section:
                       "the moment the chunk with SGLang's ready line was written into the supervisor's "
                       "pipe (CLOCK_MONOTONIC); the benchmark stamps READY=1 arriving on its notify socket. "
                       "It includes the supervisor's first probe request (16 in / 8 out tokens), which "
-                      "READY waits for by design. Stop latency: SIGTERM to the supervisor → no process of "
+                      "READY waits for by design; the simulated engine decodes at 5000 tok/s here so that "
+                      "the figure is the supervisor's own latency (a real engine adds "
+                      "max_new_tokens / tok/s to it). The rows marked … split it with the JSON log's "
+                      "timestamps. Stop latency: SIGTERM to the supervisor → no process of "
                       "the engine's group left (polled every ms); busy = 4 streaming requests in flight.")
         busy = max(3, starts // 5)
         ready, idle_stop, busy_stop = ready_and_stop(starts, busy)
-        r = Dist.of(ready)
+        r = Dist.of(ready["total"])
         sec.raw = {"ready_s": ready, "idle_stop_s": idle_stop, "busy_stop_s": busy_stop}
         sec.rows.append(Row("ready line → READY=1", fmt_dist(r, "ms", 1e3), "p99 ≤ 50 ms", r.p(99) <= 0.050,
-                            "includes the first probe round trip through the simulator"))
+                            "includes the first probe, which READY waits for by design"))
+        for key_, label in (("parse", "… ready line → `engine.ready` (pipe, parser, event loop)"),
+                            ("probe", "… `engine.ready` → `supervisor.ready` (first probe, state write)"),
+                            ("notify", "… `supervisor.ready` → READY=1 received")):
+            sec.rows.append(Row(label, fmt_dist(Dist.of(ready[key_]), "ms", 1e3)))
         sec.rows.append(Row("stop, idle engine", fmt_dist(Dist.of(idle_stop), "ms", 1e3)))
         sec.rows.append(Row("stop, busy engine", fmt_dist(Dist.of(busy_stop), "ms", 1e3),
-                            note="SGLang drains in-flight requests first (simulated drain)"))
+                            note="SGLang finishes in-flight requests first (bounded by timeouts.drain_s)"))
         return sec
     if key == "respawn":
         sec = Section("respawn", "Crash → respawn",

@@ -1,8 +1,8 @@
 """Engine wrapper for the benchmarks: runs the real engine command, relays its output unchanged to
 the supervisor's pipe and records, in the file $BENCH_STAMPS, when things happened:
 
-    ready <time_ns>   right after the chunk holding SGLang's ready line was written to the pipe
-    out <time_ns>     after each relayed chunk (the last one is "last engine output")
+    ready <time_ns> <monotonic_ns>   as the chunk holding SGLang's ready line is written to the pipe
+    out <time_ns>     as each chunk is relayed (the last one is "last engine output")
     exit <time_ns> <returncode>   when the engine process ended
 
 Times are time.time_ns() (wall clock, the clock of the supervisor's JSON log timestamps) and
@@ -38,14 +38,15 @@ def main() -> int:
             continue
         if not data:
             break
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out, view):]
+        # Stamped just before the write: after it, the supervisor may run first on a busy machine.
         line = f"out {time.time_ns()}\n"
         if not seen_ready and READY in tail + data:
             seen_ready = True
             line = f"ready {time.time_ns()} {time.monotonic_ns()}\n" + line
         tail = data[-64:]
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view):]
         os.write(stamps, line.encode())
     rc = child.wait()
     os.write(stamps, f"exit {time.time_ns()} {rc}\n".encode())

@@ -60,7 +60,8 @@ def render(sections: list[Section], info: dict[str, str], argv: list[str], secon
             out.append(f"| {sec.title}: {row.metric} | {row.value} | {row.target} | "
                        f"{'yes' if row.met else '**no**'} |")
         if sec.error:
-            out.append(f"| {sec.title} | not measured: {sec.error.splitlines()[-1]} | | **no** |")
+            reason = sec.error.strip().splitlines()[-1][:160].replace("|", "/")
+            out.append(f"| {sec.title} | not measured: {reason} | | **no** |")
     for sec in sections:
         out += ["", f"## {sec.title}", "", sec.method, ""]
         if sec.error:

@@ -45,6 +45,7 @@ JOURNAL_SOCKET = "/run/systemd/journal/socket"
 # engine log file, the journal gets its head.
 MAX_ENGINE_LINE_CHARS = 16 * 1024
 _QUEUE_LINES = 10_000
+_COALESCE_S = 0.02
 _REDACTED = "***"
 _MIN_SECRET_LEN = 4  # shorter "secrets" would shred ordinary text
 
@@ -228,17 +229,21 @@ class _Sink:
             self.dropped += len(lines)
 
     def _drain(self) -> None:
-        assert self._queue is not None
+        q = self._queue  # close() may drop the attribute while a write is still blocked
+        assert q is not None
         while True:
-            item = self._queue.get()
+            item = q.get()
             batch: list[str] = []
             stop = item is None
             if item is not None:
                 batch.append(item)
+                # Let a burst gather: a chatty engine then costs one wake-up and one write per
+                # interval instead of one per line (the lines are only this much later).
+                time.sleep(_COALESCE_S)
             # Write what piled up in one syscall: a log burst costs one write, not thousands.
             while not stop and len(batch) < 1000:
                 try:
-                    more = self._queue.get_nowait()
+                    more = q.get_nowait()
                 except queue.Empty:
                     break
                 if more is None:

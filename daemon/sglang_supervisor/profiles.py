@@ -3,7 +3,7 @@
 A profile overlays the engine's base flags (or the profile it `extends`); rendering then hands the
 argv to the SGLang module, which migrates renamed flags for the target version and reports flags
 that have no equivalent. The API key never enters argv or env: it goes into a small YAML file that
-SGLang reads with `--config` (written by the caller, see `secrets.write_secret_config`).
+SGLang reads with `--config` (written by the caller, see `apikey.write_secret_config`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sglang_supervisor.apikey import read_api_key
 from sglang_supervisor.config import (
     ArgValue,
     Config,
@@ -26,7 +27,6 @@ from sglang_supervisor.config import (
 )
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, migrate_args, migrate_env
 from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.secrets import read_api_key
 
 __all__ = [
     "RenderedCommand",
@@ -121,7 +121,7 @@ def render(
 
     With an API key configured, argv ends in `--config <secret_config_path>` and `secret_config`
     holds the key. `api_key` supplies it (callers that only display pass `REDACTED`); when None it
-    is read from the configured file or credential (the one side effect, in `secrets`).
+    is read from the configured file or credential (the one side effect, in `apikey`).
     """
     if profile not in config.profile_names:
         guess = did_you_mean(profile, config.profile_names)

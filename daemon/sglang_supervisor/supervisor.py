@@ -26,6 +26,7 @@ import httpx
 import structlog
 
 from sglang_supervisor import gpu, state
+from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
 from sglang_supervisor.engineinfo import detect_engine_version
@@ -87,7 +88,6 @@ from sglang_supervisor.regression import (
     RetryPrimary,
     TryNextProfile,
 )
-from sglang_supervisor.secrets import read_api_key, remove_secret_config, write_secret_config
 
 log = structlog.get_logger("sglang_supervisor")
 

@@ -528,7 +528,7 @@ def build_report(args: argparse.Namespace) -> Report:
         api_key: str | None = None
         if config is not None:
             try:
-                from sglang_supervisor.secrets import read_api_key  # noqa: PLC0415 (only for --url)
+                from sglang_supervisor.apikey import read_api_key  # noqa: PLC0415 (only for --url)
 
                 api_key = read_api_key(config.engine)
             except ConfigError:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from sglang_supervisor import gpu, state
+from sglang_supervisor.apikey import write_secret_config
 from sglang_supervisor.commands.doctor import port_busy, quiet_logging
 from sglang_supervisor.config import Config, ConfigError, load_config
 from sglang_supervisor.engineinfo import detect_engine_version
@@ -31,7 +32,6 @@ from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.logwatch import LineSplitter, LogParser
 from sglang_supervisor.probe import make_shape, probe_many
 from sglang_supervisor.process import EngineProcess, engine_env
-from sglang_supervisor.secrets import write_secret_config
 from sglang_supervisor.supervisor import Prepared, ladder_hash, prepare
 
 Progress = Callable[[str], None]

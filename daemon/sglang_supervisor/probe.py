@@ -193,6 +193,8 @@ class ProbeResult:
     spec_accept_length: float | None = None
     started_at: float = field(default_factory=time.time)  # wall clock (epoch seconds)
     shape: str = DEFAULT_SHAPE.name
+    # No (complete) answer in time: the engine may be wedged, unlike an error it sent back.
+    timed_out: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -274,9 +276,12 @@ async def probe_once(
         events = await asyncio.wait_for(_stream_generate(client, url, payload, _headers(api_key)), timeout)
     except asyncio.TimeoutError:
         return ProbeResult(ok=False, error=f"no complete answer within {timeout:g} s", started_at=started_at,
-                           shape=shape.name)
+                           shape=shape.name, timed_out=True)
     except _ProbeHttpError as exc:
         return ProbeResult(ok=False, error=str(exc), started_at=started_at, shape=shape.name)
+    except httpx.TimeoutException as exc:  # the client's own connect/read timeout
+        return ProbeResult(ok=False, error=f"{type(exc).__name__}: no answer in time", started_at=started_at,
+                           shape=shape.name, timed_out=True)
     except (httpx.HTTPError, OSError) as exc:
         return ProbeResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__,
                            started_at=started_at, shape=shape.name)

@@ -242,8 +242,24 @@ def test_probe_once_connection_refused_and_hang_are_results() -> None:
         return a, b
 
     a, b = _run(go())
-    assert not a.ok and "ConnectError" in (a.error or "")
-    assert not b.ok and "no complete answer" in (b.error or "")
+    assert not a.ok and "ConnectError" in (a.error or "") and not a.timed_out
+    assert not b.ok and "no complete answer" in (b.error or "") and b.timed_out
+
+
+def test_probe_once_client_timeout_is_timed_out_and_errors_are_not() -> None:
+    def read_timeout(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    async def go() -> tuple[Any, Any]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(read_timeout)) as c:
+            slow = await probe_once(c, "http://engine", DEFAULT_SHAPE)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(lambda _r: httpx.Response(503))) as c:
+            refused = await probe_once(c, "http://engine", DEFAULT_SHAPE)
+        return slow, refused
+
+    slow, refused = _run(go())
+    assert not slow.ok and slow.timed_out and "ReadTimeout" in (slow.error or "")
+    assert not refused.ok and not refused.timed_out
 
 
 def test_probe_many_aggregates_rounds() -> None:

@@ -120,6 +120,8 @@ class ThroughputMonitor:
         nvml: gpu.Nvml | None = None,
         clock: Callable[[], float] = time.time,
         client: httpx.AsyncClient | None = None,
+        on_probe: Callable[[ProbeResult], None] | None = None,
+        on_passive_tps: Callable[[float], None] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.settings = settings
@@ -139,6 +141,9 @@ class ThroughputMonitor:
         self._clock = clock
         self._client = client
         self._own_client = client is None
+        # Every periodic probe's result and every passive rate, for the supervisor's STATUS= line.
+        self._on_probe = on_probe
+        self._on_passive_tps = on_passive_tps
         stored = store.baseline(baseline_key)
         self.baseline: float | None = stored.value if stored is not None else None
         self.samples: list[float] = []
@@ -219,8 +224,10 @@ class ThroughputMonitor:
             prev = self._gen_tokens
             self._gen_tokens = (now, m.generation_tokens_total)
             if prev is not None and now > prev[0] and (m.running or 0) > 0 and self.metrics is not None:
-                rate = (m.generation_tokens_total - prev[1]) / (now - prev[0])
-                self.metrics.set_passive_tps(max(0.0, rate))
+                rate = max(0.0, (m.generation_tokens_total - prev[1]) / (now - prev[0]))
+                self.metrics.set_passive_tps(rate)
+                if self._on_passive_tps is not None:
+                    self._on_passive_tps(rate)
 
     async def _probe(self) -> ProbeResult:
         result = await probe_once(self._http(), self.base_url, self.shape, self._api_key,
@@ -236,7 +243,14 @@ class ThroughputMonitor:
             self._update_baseline()
         else:
             self.consecutive_failures += 1
-            log.warning("probe_failed", error=result.error, consecutive=self.consecutive_failures)
+            log.warning("probe_failed", error=result.error, timed_out=result.timed_out,
+                        consecutive=self.consecutive_failures)
+        return result
+
+    async def _periodic_probe(self) -> ProbeResult:
+        result = await self._probe()
+        if self._on_probe is not None:
+            self._on_probe(result)
         return result
 
     def _update_baseline(self) -> None:
@@ -306,13 +320,13 @@ class ThroughputMonitor:
         if self._eager_passes is None:
             m = await self._scrape()
             self._eager_passes = m.decode_eager_passes if m is not None else None
-        result = await self._probe()
+        result = await self._periodic_probe()
         if not result.ok:
             return None
         ev = self._evaluate(False, Observations())
         if isinstance(ev.decision, Reprobe):
             log.info("probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
-            result, obs = await self._observe_during(self._probe())
+            result, obs = await self._observe_during(self._periodic_probe())
             if not result.ok:
                 return None
             ev = self._evaluate(True, obs)

@@ -76,7 +76,8 @@ class Engine:
 
 
 def make(monkeypatch: pytest.MonkeyPatch, engine: Engine, store: Store | None = None,
-         remediation: Remediation | None = None) -> tuple[ThroughputMonitor, list[Any], SupervisorMetrics]:
+         remediation: Remediation | None = None, **kw: Any,
+         ) -> tuple[ThroughputMonitor, list[Any], SupervisorMetrics]:
     monkeypatch.setattr(monitor_mod, "probe_once", engine.probe_once)
     monkeypatch.setattr(monitor_mod, "engine_metrics", engine.engine_metrics)
     decisions: list[Any] = []
@@ -84,7 +85,7 @@ def make(monkeypatch: pytest.MonkeyPatch, engine: Engine, store: Store | None = 
     mon = ThroughputMonitor(
         "http://engine", Settings(), metrics, store or Store(), lambda d, text: decisions.append((d, text)),
         baseline_key="fp/in16-out8-c1", profile="fast", primary="fast", remediation=remediation,
-        nvml=Nvml(loader=_no_nvml),
+        nvml=Nvml(loader=_no_nvml), **kw,
     )
     return mon, decisions, metrics
 
@@ -180,3 +181,40 @@ def test_passive_throughput_from_decode_lines(monkeypatch: pytest.MonkeyPatch) -
                          cuda_graph=True, accept_len=None))
     assert metrics.passive._value.get() == 3900.0
     assert mon.decode_cuda_graph is True
+
+
+def test_periodic_probes_and_passive_rates_reach_the_callbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([100.0, 101.0])
+    probes: list[ProbeResult] = []
+    mon, _, _ = make(monkeypatch, engine, on_probe=probes.append)
+    asyncio.run(mon.first_probe())  # the READY gate reports its result itself
+    assert probes == []
+    ticks(mon, 1)
+    assert [p.decode_tps for p in probes] == [101.0]
+
+    class Busy(Engine):
+        tokens = 0.0
+
+        async def engine_metrics(self, client: Any, base_url: str, api_key: Any) -> EngineMetrics:
+            self.tokens += 500.0
+            return EngineMetrics(self.running, 0, self.tokens, 100.0, 0.0, None)
+
+    busy = Busy([], running=2)
+    rates: list[float] = []
+    mon, _, metrics = make(monkeypatch, busy, on_passive_tps=rates.append)
+    ticks(mon, 3)
+    assert rates and all(r > 0 for r in rates)
+    assert metrics.passive._value.get() == rates[-1]
+    assert busy.probes == 0
+
+
+def test_a_timed_out_probe_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def hung(client: Any, base_url: str, shape: Any, api_key: Any, timeout: float) -> ProbeResult:
+        return ProbeResult(ok=False, error="no complete answer within 5 s", timed_out=True)
+
+    probes: list[ProbeResult] = []
+    mon, decisions, _ = make(monkeypatch, Engine([]), on_probe=probes.append)
+    monkeypatch.setattr(monitor_mod, "probe_once", hung)
+    assert ticks(mon, 1) == [None]
+    assert [p.timed_out for p in probes] == [True]
+    assert mon.consecutive_failures == 1 and decisions == []

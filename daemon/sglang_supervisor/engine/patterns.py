@@ -12,10 +12,11 @@ from sglang_supervisor.events import FailureClass
 
 # `[2026-05-01 12:00:00.123 DP0 TP1] msg`, `[12:00:00 TP0] msg` (2024 builds), `[2026-05-01 12:00:00] msg`.
 # The optional `   21.249 NL ` lead is the fixtures' *.timed.log annotation (seconds, line end).
-HEADER = re.compile(
-    r"^(?:\s*\d+\.\d+ (?:NL|CR) )?"
-    r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?"
-)
+_BRACKETS = r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?"
+HEADER = re.compile(r"^(?:\s*\d+\.\d+ (?:NL|CR) )?" + _BRACKETS)
+# HEADER on a line that starts with `[` (the lead cannot match there): the cheaper regex for the
+# bulk of the output.
+BRACKET_HEADER = re.compile(_BRACKETS)
 # A header somewhere inside a line: a `\r` progress frame glued in front of a real log line.
 EMBEDDED_HEADER = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z][A-Z_]*\d+)*\] ")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -90,6 +91,19 @@ GEN_TPUT = re.compile(r"gen throughput \(token/s\): ([\d.]+)")
 INPUT_TPUT = re.compile(r"input throughput \(token/s\): ([\d.]+)")
 GRAPH_USED = re.compile(r"(?:cuda|cpu|npu|musa) graph: (True|False)")
 ACCEPT_LEN = re.compile(r"accept len: ([\d.]+)")
+# The whole batch stats lines as 0.5.x prints them, read by one regex; a line in any other shape
+# (older or newer builds) falls back to the field regexes above, with the same result. Each field
+# occurs once in these shapes, so the groups are what the field regexes would find.
+DECODE_LINE = re.compile(
+    r"Decode batch, #running-req: (\d+), #token: \d+, token usage: [\d.]+, "
+    r"(?:accept len: ([\d.]+), accept rate: [\d.]+, )?"
+    r"(?:cuda|cpu|npu|musa) graph: (True|False), gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)"
+)
+PREFILL_LINE = re.compile(
+    r"Prefill batch, #new-seq: \d+, #new-token: \d+, #cached-token: \d+, token usage: [\d.]+, "
+    r"#running-req: (\d+), #queue-req: (\d+), #pending-token: \d+, "
+    r"(?:cuda|cpu|npu|musa) graph: (True|False), input throughput \(token/s\): ([\d.]+)"
+)
 DRAIN_KEYS = ("SIGTERM received", "Gracefully exiting")
 
 # -- failures ------------------------------------------------------------------------------------

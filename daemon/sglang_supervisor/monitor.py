@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -83,6 +85,15 @@ OnDecision = Callable[[Decision, str], Awaitable[None] | None]
 
 # Decisions after which this engine run is over (the supervisor restarts or switches).
 _TERMINAL = (RestartSame, TryNextProfile, RetryPrimary)
+# Decisions that act on a confirmed regression: before one, the decode mode must be known.
+_ACTING = (RestartSame, TryNextProfile)
+
+# SGLang logs a `Decode batch ... cuda graph: X` line every `--decode-log-interval` decode steps
+# (default 40), counted across requests. Without the engine's /metrics (no --enable-metrics) those
+# lines are the only sign of eager decode, and short probes may run for many probes without one.
+DEFAULT_DECODE_LOG_INTERVAL = 40
+# How long to wait after the evidence probe for its Decode line to reach us through the log pump.
+DECODE_EVIDENCE_WAIT_S = 2.0
 
 
 def describe(decision: Decision) -> str:
@@ -122,6 +133,7 @@ class ThroughputMonitor:
         client: httpx.AsyncClient | None = None,
         on_probe: Callable[[ProbeResult], None] | None = None,
         on_passive_tps: Callable[[float], None] | None = None,
+        decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL,
     ):
         self.base_url = base_url.rstrip("/")
         self.settings = settings
@@ -152,6 +164,8 @@ class ThroughputMonitor:
         self.consecutive_failures = 0
         self.probes_skipped_busy = 0
         self.decode_cuda_graph: bool | None = None
+        self._decode_seen_at: float | None = None  # monotonic time of the last line with the flag
+        self._decode_log_interval = max(1, decode_log_interval)
         self._eager_passes: float | None = None
         self._gen_tokens: tuple[float, float] | None = None  # (monotonic t, generation_tokens_total)
         self._last_explained: tuple[str, ...] = ()
@@ -167,8 +181,12 @@ class ThroughputMonitor:
             return
         if event.cuda_graph is not None:
             self.decode_cuda_graph = event.cuda_graph
-        if event.gen_throughput is not None and (event.running_req or 0) > 0 and self.metrics is not None:
-            self.metrics.set_passive_tps(event.gen_throughput)
+            self._decode_seen_at = time.monotonic()
+        if event.gen_throughput is not None and (event.running_req or 0) > 0:
+            if self.metrics is not None:
+                self.metrics.set_passive_tps(event.gen_throughput)
+            if self._on_passive_tps is not None:
+                self._on_passive_tps(event.gen_throughput)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -299,6 +317,30 @@ class ThroughputMonitor:
         )
         return result, obs
 
+    def _decode_mode_unknown(self, obs: Observations, since: float) -> bool:
+        """Neither the engine's decode_none counter nor a `Decode batch` line since `since` says
+        whether decode still runs CUDA graphs."""
+        seen = self._decode_seen_at
+        return obs.eager_passes_growth is None and (seen is None or seen < since)
+
+    async def _decode_evidence(self, obs: Observations, since: float) -> Observations:
+        """Before restarting an engine (minutes) spend one longer probe (seconds) so that at least
+        one `Decode batch` line is logged: eager decode must be explained, not restarted blindly.
+        The probe is not a throughput sample (another shape); its cost is accounted."""
+        accept = (self.last_probe.spec_accept_length if self.last_probe else None) or 1.0
+        tokens = math.ceil(self._decode_log_interval * max(accept, 1.0) * 1.25) + 2
+        shape = make_shape(self.shape.input_tokens, max(self.shape.max_new_tokens, tokens))
+        log.info("probe_decode_evidence", max_new_tokens=shape.max_new_tokens,
+                 why="no decode-mode evidence since the regression was suspected")
+        result = await probe_once(self._http(), self.base_url, shape, self._api_key, self.settings.timeout_s)
+        if self.metrics is not None:
+            spent = result.completion_tokens + (result.prompt_tokens or 0)
+            self.metrics.probe_cost(spent, (result.e2e_s or 0.0) * self._gpus_per_engine)
+        deadline = time.monotonic() + DECODE_EVIDENCE_WAIT_S
+        while self._decode_mode_unknown(obs, since) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return dataclasses.replace(obs, decode_cuda_graph=self.decode_cuda_graph)
+
     def _evaluate(self, confirmed: bool, obs: Observations) -> Evaluation:
         s = self.settings
         return evaluate(
@@ -326,10 +368,14 @@ class ThroughputMonitor:
         ev = self._evaluate(False, Observations())
         if isinstance(ev.decision, Reprobe):
             log.info("probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
+            confirm_started = time.monotonic()
             result, obs = await self._observe_during(self._periodic_probe())
             if not result.ok:
                 return None
             ev = self._evaluate(True, obs)
+            if isinstance(ev.decision, _ACTING) and self._decode_mode_unknown(obs, confirm_started):
+                obs = await self._decode_evidence(obs, confirm_started)
+                ev = self._evaluate(True, obs)
         self.last_evaluation = ev
         self.remediation = ev.state
         await self._deliver(ev)

@@ -4,7 +4,8 @@ Rules (issue 4): the baseline is the median of the first probes after a start, p
 (profile, engine version, GPU, driver, probe shape). A regression is the median of the last k
 probes below (1 − δ) × baseline, confirmed by an immediate re-probe. A confirmed regression is
 first explained (throttling, heat, power cap, foreign GPU processes, decode without CUDA graphs,
-traffic); only an unexplained one is acted on: restart the same profile once, then try the next
+traffic); only an unexplained one is acted on: restart the same profile once (once per cool-down:
+a regression that returns soon after the restart counts as "still regressed"), then try the next
 profile and keep whichever probes faster, and after a cool-down try the primary again.
 Busy is not slow: load is an explanation, never a reason to restart.
 
@@ -172,6 +173,10 @@ class Remediation:
     regressed_profile: str | None = None
     regressed_tps: float | None = None  # what the regressed profile measured when we left it
     settled_at: float | None = None  # when we settled on a profile other than the primary
+    # When the same-profile restart (or the primary's retry) was decided. A restart that restores
+    # throughput only for a while does not earn another one: until `cooldown_s` has passed, a
+    # new regression of that profile moves down the ladder instead of restarting it again.
+    restarted_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,10 +257,12 @@ def evaluate(
         if len(samples) < settings.window:
             return result(NoAction("not enough probes since the start"))
         if state.stage == "restarted_same":
+            if state.restarted_at is not None and now - state.restarted_at < settings.cooldown_s:
+                return result(NoAction("the restart restored throughput; watching it for the cool-down"))
             return result(NoAction("the restart restored throughput"), Remediation())
         if (state.stage == "settled" and profile != primary and state.settled_at is not None
                 and now - state.settled_at >= settings.cooldown_s):
-            return result(RetryPrimary(), Remediation("restarted_same", primary, None, None))
+            return result(RetryPrimary(), Remediation("restarted_same", primary, None, None, now))
         return result(NoAction())
 
     if not confirmed:
@@ -267,8 +274,10 @@ def evaluate(
     if not settings.act:
         return result(NoAction("unexplained regression; acting on regressions is disabled"))
 
-    regressed = replace(state, regressed_profile=profile, regressed_tps=window_median, settled_at=None)
+    regressed = replace(state, regressed_profile=profile, regressed_tps=window_median, settled_at=None,
+                        restarted_at=None)
     if state.stage in ("restarted_same", "trying_next") and state.regressed_profile == profile:
-        # The restart did not help (or the retried primary is still slow): move down the ladder.
+        # The restart did not help, helped only briefly, or the retried primary is still slow:
+        # move down the ladder.
         return result(TryNextProfile(), replace(regressed, stage="trying_next"))
-    return result(RestartSame(), replace(regressed, stage="restarted_same"))
+    return result(RestartSame(), replace(regressed, stage="restarted_same", restarted_at=now))

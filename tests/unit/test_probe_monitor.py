@@ -218,3 +218,66 @@ def test_a_timed_out_probe_is_reported_as_such(monkeypatch: pytest.MonkeyPatch) 
     assert ticks(mon, 1) == [None]
     assert [p.timed_out for p in probes] == [True]
     assert mon.consecutive_failures == 1 and decisions == []
+
+
+class LogOnly(Engine):
+    """No /metrics (no --enable-metrics): decode mode shows only in `Decode batch` log lines, which
+    the supervisor feeds in. `line` is what the engine logs during a probe long enough to reach
+    its decode log interval (None: nothing)."""
+
+    def __init__(self, rates: list[float], line: bool | None):
+        super().__init__(rates)
+        self.line = line
+        self.evidence_shapes: list[int] = []
+        self.monitor: ThroughputMonitor | None = None
+
+    async def probe_once(self, client: Any, base_url: str, shape: Any, api_key: Any,
+                         timeout: float) -> ProbeResult:
+        if shape.max_new_tokens <= 8:
+            return await super().probe_once(client, base_url, shape, api_key, timeout)
+        self.evidence_shapes.append(shape.max_new_tokens)
+        if self.line is not None and self.monitor is not None:
+            self.monitor.feed(DecodeStats(line_no=9, rank="TP0", running_req=1, queue_req=0,
+                                          gen_throughput=30.0, cuda_graph=self.line, accept_len=None))
+        return ProbeResult(ok=True, error=None, decode_tps=30.0, e2e_s=2.0,
+                           completion_tokens=shape.max_new_tokens, prompt_tokens=16)
+
+    async def engine_metrics(self, client: Any, base_url: str, api_key: Any) -> None:
+        return None
+
+
+def test_eager_decode_seen_only_in_the_log_is_explained_before_any_restart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before the fault the engine logged graph decode; short probes then never reach the next
+    # Decode line, so the monitor spends one longer probe to get one instead of restarting.
+    engine = LogOnly([60.0, 58.0, 59.0, 57.0], line=False)
+    mon, decisions, metrics = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}),
+                                   decode_log_interval=40)
+    engine.monitor = mon
+    mon.feed(DecodeStats(line_no=1, rank="TP0", running_req=1, queue_req=0, gen_throughput=100.0,
+                         cuda_graph=True, accept_len=None))
+    ticks(mon, 3)
+    assert engine.evidence_shapes == [52]  # 40 steps x 1 token x 1.25 + 2
+    assert [type(d) for d, _ in decisions] == [Explained]
+    assert [e.reason for e in decisions[0][0].reasons] == [Reason.EAGER_DECODE]
+    assert mon.samples == [60.0, 58.0, 59.0, 57.0]  # the evidence probe is not a sample
+    assert metrics.probe_tokens._value.get() == 4 * (8 + 16) + 52 + 16
+    assert not mon._stopped.is_set()
+
+
+def test_no_decode_line_even_after_the_evidence_probe_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor_mod, "DECODE_EVIDENCE_WAIT_S", 0.0)
+    engine = LogOnly([60.0, 58.0, 59.0, 57.0], line=None)
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    ticks(mon, 3)
+    assert len(engine.evidence_shapes) == 1
+    assert [type(d) for d, _ in decisions] == [RestartSame]
+
+
+def test_graph_decode_in_the_log_confirms_an_unexplained_regression(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = LogOnly([60.0, 58.0, 59.0, 57.0], line=True)
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    engine.monitor = mon
+    ticks(mon, 3)
+    assert len(engine.evidence_shapes) == 1
+    assert [type(d) for d, _ in decisions] == [RestartSame]

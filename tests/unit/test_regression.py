@@ -179,9 +179,27 @@ def test_retry_primary_after_the_cooldown_only() -> None:
     assert run(GOOD, profile="safe", state=settled, now=1599.0).decision == NoAction()
     ev = run(GOOD, profile="safe", state=settled, now=1600.0)
     assert ev.decision == RetryPrimary()
-    # Back on the primary: fine → the ladder resets; still slow → straight to the next profile.
-    assert run(GOOD, state=ev.state).state == Remediation()
-    assert run(SLOW, confirmed=True, state=ev.state).decision == TryNextProfile()
+    # Back on the primary: fine for a cool-down → the ladder resets; slow again before that →
+    # straight to the next profile.
+    assert run(GOOD, state=ev.state, now=1700.0).state == ev.state
+    assert run(GOOD, state=ev.state, now=1600.0 + S.cooldown_s).state == Remediation()
+    assert run(SLOW, confirmed=True, state=ev.state, now=1700.0).decision == TryNextProfile()
+
+
+def test_one_same_profile_restart_per_cooldown() -> None:
+    restarted = run(SLOW, confirmed=True, now=1000.0)
+    assert restarted.decision == RestartSame() and restarted.state.restarted_at == 1000.0
+    # After the restart the first probes are fine: watched, not forgotten, within the cool-down...
+    ev = run(GOOD, state=restarted.state, now=1100.0)
+    assert ev.decision == NoAction("the restart restored throughput; watching it for the cool-down")
+    assert ev.state == restarted.state
+    # ...so the regression coming back is "still regressed": next profile, not another restart.
+    again = run([*GOOD, 60.0, 58.0], confirmed=True, state=ev.state, now=1200.0)
+    assert again.decision == TryNextProfile() and again.state.stage == "trying_next"
+    # Fine for a whole cool-down: the ladder resets and a later regression restarts once more.
+    ev = run(GOOD, state=restarted.state, now=1000.0 + S.cooldown_s)
+    assert ev.state == Remediation()
+    assert run(SLOW, confirmed=True, state=ev.state, now=2000.0).decision == RestartSame()
 
 
 def test_a_settled_fallback_that_regresses_starts_over_with_a_restart() -> None:

@@ -4,9 +4,6 @@ read the probe tok/s and the state back through Prometheus' HTTP API."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,18 +12,12 @@ import httpx
 import pytest
 
 from probe_stub import StubEngine
+from prometheus_server import aquery, prometheus
 from sglang_supervisor.gpu import Nvml
 from sglang_supervisor.metrics import MetricsServer, SupervisorMetrics
 from sglang_supervisor.monitor import ThroughputMonitor
-from tiers import require
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MemoryStore:
@@ -58,18 +49,7 @@ def _no_nvml(name: str) -> Any:
     raise ImportError("NVML is not used in this test")
 
 
-async def _query(client: httpx.AsyncClient, expr: str) -> list[dict[str, Any]]:
-    resp = await client.get("/api/v1/query", params={"query": expr})
-    body = resp.json()
-    assert body["status"] == "success", body
-    return list(body["data"]["result"])
-
-
 def test_prometheus_reads_probe_tps_and_state(tmp_path: Path) -> None:
-    binary = shutil.which("prometheus")
-    require(binary is not None, "prometheus server not installed (Debian package prometheus)")
-    assert binary is not None
-
     async def scenario() -> tuple[float, list[dict[str, Any]], float]:
         engine = StubEngine(tokens_per_second=400.0)
         await engine.start()
@@ -78,50 +58,31 @@ def test_prometheus_reads_probe_tps_and_state(tmp_path: Path) -> None:
         metrics.set_active_profile("fast", "0.5.17", "cafe01")
         server = MetricsServer("127.0.0.1:0", metrics, lambda: {"state": "ready"})
         await server.start()
-        prom_port = free_port()
-        (tmp_path / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 1s\n"
-            "scrape_configs:\n  - job_name: sglang-supervisor\n"
-            f"    static_configs:\n      - targets: ['127.0.0.1:{server.port}']\n"
-        )
-        prom_log = (tmp_path / "prometheus.log").open("wb")
-        proc = subprocess.Popen(
-            [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=prom_log,
-        )
         mon = ThroughputMonitor(engine.url, Settings(), metrics, MemoryStore(), lambda d, t: None,
                                 baseline_key="k", profile="fast", primary="fast", nvml=Nvml(loader=_no_nvml))
         try:
-            first = await mon.first_probe()
-            assert first.ok, first.error
-            run = asyncio.ensure_future(mon.run())
-            deadline = time.monotonic() + 60
-            tps: list[dict[str, Any]] = []
-            state: list[dict[str, Any]] = []
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{prom_port}", timeout=5) as c:
-                while time.monotonic() < deadline:
-                    try:
-                        tps = await _query(c, "sglang_supervisor_probe_output_tokens_per_second")
-                        state = await _query(c, "sglang_supervisor_state == 1")
-                    except httpx.HTTPError:
-                        pass
-                    if tps and state:
-                        break
-                    assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
-                    await asyncio.sleep(0.5)
-            mon.stop()
-            await run
-            return float(tps[0]["value"][1]) if tps else 0.0, state, engine.tokens_per_second
+            with prometheus(tmp_path, [f"127.0.0.1:{server.port}"]) as prom:
+                first = await mon.first_probe()
+                assert first.ok, first.error
+                run = asyncio.ensure_future(mon.run())
+                deadline = time.monotonic() + 60
+                tps: list[dict[str, Any]] = []
+                state: list[dict[str, Any]] = []
+                async with httpx.AsyncClient(base_url=prom.url, timeout=5) as c:
+                    while time.monotonic() < deadline:
+                        try:
+                            tps = await aquery(c, "sglang_supervisor_probe_output_tokens_per_second")
+                            state = await aquery(c, "sglang_supervisor_state == 1")
+                        except httpx.HTTPError:
+                            pass
+                        if tps and state:
+                            break
+                        prom.check_alive()
+                        await asyncio.sleep(0.5)
+                mon.stop()
+                await run
+                return float(tps[0]["value"][1]) if tps else 0.0, state, engine.tokens_per_second
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            prom_log.close()
             await server.stop()
             await engine.stop()
 

@@ -77,6 +77,10 @@ TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE}
 # argparse's exit status: the command line itself was rejected.
 ARGPARSE_EXIT = 2
 
+# Passive tok/s (Decode batch lines: several a second under load) refreshes STATUS= at most this
+# often; a probe result always does.
+STATUS_REFRESH_S = 5.0
+
 
 # ----------------------------------------------------------------------------- settings
 
@@ -149,6 +153,13 @@ class ProbeFailed:
 
 
 @dataclass(frozen=True)
+class PassiveThroughput:
+    """Tokens/s the engine generated for its own traffic (from its /metrics counters)."""
+
+    tok_s: float
+
+
+@dataclass(frozen=True)
 class HealthOk:
     pass
 
@@ -205,6 +216,7 @@ SupervisorInput = (
     | TimerFired
     | ProbeOk
     | ProbeFailed
+    | PassiveThroughput
     | HealthOk
     | HealthFailed
     | StopRequested
@@ -436,6 +448,7 @@ class Lifecycle:
         self._health_misses = 0
         self._reload_pending = False
         self._phase_since = 0.0
+        self._tok_status_at = float("-inf")  # when STATUS= last showed a fresh tok/s
 
     # -- public ---------------------------------------------------------------------------
 
@@ -628,8 +641,7 @@ class Lifecycle:
                 acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
             return acts
         if isinstance(ev, DecodeStats) and ev.gen_throughput is not None and ev.running_req:
-            self.tok_s = ev.gen_throughput
-            return acts
+            return acts + self._throughput(ev.gen_throughput, now, force=False)
         if not starting:
             return acts
         if isinstance(ev, WeightsLoadBegan):
@@ -790,8 +802,23 @@ class Lifecycle:
             acts.append(Log("probe.ok", "info", {"profile": self.profile,
                                                  "tok_s": _round(inp.tok_s, 1),
                                                  "ttft_s": _round(inp.ttft_s, 3)}))
-            acts.append(NotifyStatus(self.status_text()))
+            # A generation that completed proves more than /health: it ends a degraded spell too.
+            acts += self._on_HealthOk(HealthOk(), now)
+            acts += self._throughput(self.tok_s, now, force=True)
         return acts
+
+    def _on_PassiveThroughput(self, inp: PassiveThroughput, now: float) -> list[Action]:
+        return self._throughput(inp.tok_s, now, force=False)
+
+    def _throughput(self, tok_s: float | None, now: float, *, force: bool) -> list[Action]:
+        """A fresh tok/s figure. While up, STATUS= shows it (`systemctl status` is where an
+        operator looks); passive figures at most every STATUS_REFRESH_S."""
+        if tok_s is not None:
+            self.tok_s = tok_s
+        if self.phase not in UP_PHASES or (not force and now - self._tok_status_at < STATUS_REFRESH_S):
+            return []
+        self._tok_status_at = now
+        return [NotifyStatus(self.status_text())]
 
     def _on_ProbeFailed(self, inp: ProbeFailed, now: float) -> list[Action]:
         if self._probing and self.phase in STARTING_PHASES and self._stop_reason is None:

@@ -60,6 +60,7 @@ from sglang_supervisor.policy import (
     NotifyReloading,
     NotifyStatus,
     NotifyStopping,
+    PassiveThroughput,
     Phase,
     PortBusy,
     ProbeFailed,
@@ -74,6 +75,7 @@ from sglang_supervisor.policy import (
     StopRequested,
     TimerFired,
 )
+from sglang_supervisor.probe import ProbeResult
 from sglang_supervisor.process import EngineProcess, engine_env
 from sglang_supervisor.profiles import (
     RenderedCommand,
@@ -677,13 +679,30 @@ class Supervisor:
         key = state.baseline_key(f"{self.fp}/{profile}", p.input_tokens, p.max_new_tokens)
         eng = self._engine
         pids = {eng.proc.pid} if eng else set()
+        attempt = self.lifecycle.attempt
+
+        def on_probe(result: ProbeResult) -> None:
+            if self.lifecycle.attempt != attempt:
+                return  # a stopped engine's monitor finishing its last round
+            if result.ok:
+                self.feed(ProbeOk(result.decode_tps, result.ttft_s))
+            elif result.timed_out:
+                # An idle engine that cannot finish a short generation may be wedged: count it
+                # like a failed health check. Other errors are the monitor's (logged, counted).
+                self.feed(ProbeFailed(result.error or "probe timed out", hung=True))
+
+        def on_passive_tps(tok_s: float) -> None:
+            if self.lifecycle.attempt == attempt:
+                self.feed(PassiveThroughput(tok_s))
+
         return ThroughputMonitor(
             self.base_url, p, self.metrics, self.store, self._on_decision,
             baseline_key=key, profile=profile, primary=self.config.profile_names[0],
             remediation=self._remediation, api_key=self.prep.api_key,
             our_pids=lambda: gpu.descendant_pids(next(iter(pids))) if pids else set(),
             gpu_indices=self._gpu_set(),
-            gpus_per_engine=tp_size(self._render(profile).argv))
+            gpus_per_engine=tp_size(self._render(profile).argv),
+            on_probe=on_probe, on_passive_tps=on_passive_tps)
 
     async def _ready_probe(self, attempt: int) -> None:
         """The probe that gates READY, retried until `ready_probe_s` (the port may need a moment)."""
@@ -710,8 +729,7 @@ class Supervisor:
                 else:
                     await monitor.aclose()
                 return
-            last_error = result.error or "probe failed"
-            hung = "within" in last_error  # probe_once's timeout wording
+            last_error, hung = result.error or "probe failed", result.timed_out
             log.warning("probe.retry", profile=profile, error=last_error)
             await asyncio.sleep(0.5)
         await monitor.aclose()

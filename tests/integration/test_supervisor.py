@@ -243,6 +243,19 @@ def test_capture_success_ready_after_every_capture_and_probe(daemons, workdir) -
     stop_cleanly(d)
 
 
+def test_periodic_probes_refresh_status_tok_s(daemons, workdir) -> None:
+    data = base_config(workdir)
+    data["probe"].update({"interval_s": 0.2, "baseline_runs": 2})
+    d = start(daemons, workdir, data)
+    d.notified("READY=1")
+    d.wait_for("two periodic probes", lambda: len(d.named("probe.ok")) >= 2)
+    ready_at = d.notes.index("READY=1")
+    # the ready probe's figure, then one per periodic probe (systemctl status shows the latest)
+    d.wait_for("STATUS= after each periodic probe", lambda: len(
+        [n for n in d.notes[ready_at:] if n.startswith("STATUS=serving profile=tuned tok/s=")]) >= 3)
+    stop_cleanly(d)
+
+
 @pytest.mark.parametrize(("fault", "failure_class", "next_profile"), [
     ("capture-fail:prefill", "prefill_graph_failed", "no-prefill-graph"),
     ("capture-fail:verify:oom", "capture_oom", "low-mem"),

@@ -7,6 +7,7 @@ import pytest
 from sglang_supervisor.events import (
     CaptureBegan,
     CaptureEnded,
+    DecodeStats,
     EngineCrashed,
     EngineFailed,
     FailureClass,
@@ -19,6 +20,7 @@ from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.policy import (
     FAILURE_GRACE_TIMER,
     STALL_TIMER,
+    STATUS_REFRESH_S,
     Action,
     EngineExited,
     Exit,
@@ -34,7 +36,9 @@ from sglang_supervisor.policy import (
     MarkGood,
     NotifyReady,
     NotifyReloading,
+    NotifyStatus,
     NotifyStopping,
+    PassiveThroughput,
     Phase,
     PortBusy,
     ProbeFailed,
@@ -466,3 +470,53 @@ def test_known_bad_skipped_and_last_good_first() -> None:
     d.feed(Launched(1, 1, TP2))
     acts = d.exit_engine(-9)
     assert of(acts, Launch)[0].profile == "no-prefill-graph"  # primary stays skipped
+
+
+def statuses(actions: list[Action]) -> list[str]:
+    return [a.text for a in actions if isinstance(a, NotifyStatus)]
+
+
+def test_every_periodic_probe_refreshes_status_tok_s() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready(tok_s=50.0)
+    assert statuses(d.feed(ProbeOk(61.25))) == ["serving profile=primary tok/s=61.2"]
+    assert statuses(d.feed(ProbeOk(48.0), dt=0.1)) == ["serving profile=primary tok/s=48.0"]
+    assert d.lc.snapshot(d.now)["tok_s"] == 48.0
+
+
+def test_passive_throughput_refreshes_status_at_most_every_few_seconds() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready(tok_s=50.0)
+    decode = DecodeStats(line_no=9, rank="TP0", running_req=8, queue_req=0, gen_throughput=3900.0,
+                         cuda_graph=True, accept_len=None)
+    assert statuses(d.feed(decode)) == ["serving profile=primary tok/s=3900.0"]
+    # Within the refresh interval the figure is kept but STATUS= is not re-sent per line...
+    assert statuses(d.feed(PassiveThroughput(4100.0), dt=STATUS_REFRESH_S / 4)) == []
+    assert d.lc.tok_s == 4100.0
+    # ...until the interval has passed.
+    assert statuses(d.feed(PassiveThroughput(4200.0), dt=STATUS_REFRESH_S)) == [
+        "serving profile=primary tok/s=4200.0"]
+    # An idle engine's decode line (no running request) says nothing about speed.
+    idle = DecodeStats(line_no=10, rank="TP0", running_req=0, queue_req=0, gen_throughput=0.0,
+                       cuda_graph=True, accept_len=None)
+    assert statuses(d.feed(idle, dt=STATUS_REFRESH_S)) == [] and d.lc.tok_s == 4200.0
+
+
+def test_passive_throughput_before_ready_is_kept_quietly() -> None:
+    d = Driver()
+    d.start()
+    assert statuses(d.feed(PassiveThroughput(10.0))) == []
+    assert d.lc.tok_s == 10.0 and d.lc.phase == Phase.LAUNCHING
+
+
+def test_a_probe_that_completes_ends_a_degraded_spell() -> None:
+    d = Driver(health_failures=3)
+    d.start()
+    d.to_ready()
+    d.feed(ProbeFailed("no complete answer within 5 s", hung=True))
+    assert d.lc.phase == Phase.DEGRADED
+    acts = d.feed(ProbeOk(55.0))
+    assert d.lc.phase == Phase.SERVING and "health.recovered" in events(acts)
+    assert statuses(acts)[-1] == "serving profile=primary tok/s=55.0"

@@ -182,11 +182,9 @@ class ThroughputMonitor:
         if event.cuda_graph is not None:
             self.decode_cuda_graph = event.cuda_graph
             self._decode_seen_at = time.monotonic()
-        if event.gen_throughput is not None and (event.running_req or 0) > 0:
-            if self.metrics is not None:
-                self.metrics.set_passive_tps(event.gen_throughput)
-            if self._on_passive_tps is not None:
-                self._on_passive_tps(event.gen_throughput)
+        # The supervisor's lifecycle reads these lines itself; only the gauge is ours to set.
+        if event.gen_throughput is not None and (event.running_req or 0) > 0 and self.metrics is not None:
+            self.metrics.set_passive_tps(event.gen_throughput)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -337,7 +337,7 @@ class LogParser:
         return self._signature(msg, rank, line_no)
 
     def _signature(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
-        if not any(g in msg for g in P.SIGNATURE_GATE):
+        if _signature_gate(msg) is None:
             return []
         for key, cls in P.SIGNATURES:
             if key in msg:
@@ -466,13 +466,15 @@ class LogParser:
 
 
 _bracket_header = P.BRACKET_HEADER.match
+_signature_gate = re.compile("|".join(map(re.escape, P.SIGNATURE_GATE))).search
+_secret_key = re.compile("|".join(map(re.escape, P.SECRET_ARG_KEYS))).search
 _header = P.HEADER.match
 
 
 def _is_progress(text: str) -> bool:
     if "%|" in text and P.PROGRESS_BAR.search(text):
         return True
-    return any(text.startswith(w) for w in P.PROGRESS_WORDS)
+    return text.startswith(P.PROGRESS_WORDS)
 
 
 def _phase(text: str) -> GraphPhase:
@@ -565,22 +567,26 @@ def parse_server_args(msg: str, secrets: Iterable[str] = ()) -> dict[str, str]:
     m = P.SERVER_ARGS.search(msg)
     if m is None:
         return {}
-    body = m.group("repr") if m.group("repr") is not None else m.group("dict")
+    body = m.group("repr")
+    assign = "="
+    if body is None:
+        body = m.group("dict")
+        assign = ":"
     out: dict[str, str] = {}
     for part in _split_top_level(body):
-        if m.group("repr") is not None:
-            key, sep, value = part.partition("=")
-        else:
-            key, sep, value = part.partition(":")
+        key, sep, value = part.partition(assign)
         if not sep:
             continue
         key = key.strip().strip("'\"")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        if any(s in key for s in P.SECRET_ARG_KEYS) and value not in ("None", ""):
+        if _secret_key(key) is not None and value not in ("None", ""):
             value = "***"
-        out[key] = redact(value, secrets)
+        # `redact` leaves a value without secrets or their markers as it is: skip the call.
+        if secrets or "api" in value or "API" in value or "Bearer" in value:
+            value = redact(value, secrets)
+        out[key] = value
     return out
 
 

@@ -82,11 +82,20 @@ def purge(box: Sandbox) -> None:
     box.run("dpkg", "--purge", PACKAGE, check=False, timeout=300)
 
 
+def _user_exists(box: Sandbox, user: str) -> bool:
+    return box.run("id", user, check=False).returncode == 0
+
+
 @pytest.fixture(scope="session")
 def installed(sandbox: Sandbox, deb: Path) -> Iterator[Sandbox]:
     """The package installed inside the running systemd (its maintainer scripts see systemd)."""
+    # Purge keeps the system user (Debian practice); the host gets rid of one the tests created.
+    had_user = _user_exists(sandbox, "sglang")
     sandbox.run("dpkg", "-i", str(deb), timeout=300)
     try:
         yield sandbox
     finally:
         purge(sandbox)
+        if not had_user and _user_exists(sandbox, "sglang"):
+            sandbox.run("userdel", "sglang", check=False)
+            sandbox.run("groupdel", "sglang", check=False)

@@ -993,6 +993,8 @@ class HostFacts:
     shm_bytes: int | None = None
     memlock_soft: int | None = None  # -1: unlimited
     ports_busy: Mapping[int, str] = field(default_factory=dict)  # port -> what it is for
+    # busy ports held by a running SGLang or sglang-supervisor: port -> who (pid, started by whom)
+    ports_running: Mapping[int, str] = field(default_factory=dict)
     ports_checked: Mapping[int, str] = field(default_factory=dict)
     # path -> (what it is for, 'ok' | 'missing' | 'unwritable: <reason>')
     dirs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
@@ -1116,6 +1118,19 @@ def host_findings(h: HostFacts, tp_size: int, mem_fraction: float | None = None)
             )
         )
     for port, what in h.ports_busy.items():
+        if port in h.ports_running:
+            out.append(
+                Finding(
+                    "info",
+                    "host",
+                    f"port {port} ({what}): {h.ports_running[port]}",
+                    "doctor checks the host as if nothing ran; a running service holds its own ports",
+                    "nothing to do if that is this service; otherwise stop that server before starting "
+                    "this one, or give this one another port",
+                    "host.port_running",
+                )
+            )
+            continue
         out.append(
             Finding(
                 "error",

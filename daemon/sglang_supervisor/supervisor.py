@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,7 +23,7 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor import gpu, state
+from sglang_supervisor import gpu, ports, state
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
@@ -192,17 +190,11 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
 
 def port_taken(host: str, port: int) -> str | None:
     """Why the engine could not bind host:port now, or None when it could."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        # Like uvicorn: SO_REUSEADDR, so a previous engine's TIME_WAIT does not count as busy.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return f"{host}:{port} is already in use ({exc.strerror}); stop what listens there " \
-                       "or set engine.port to a free port"
-    return None
+    why = ports.bind_error(host, port)
+    if why is None:
+        return None
+    return f"{host}:{port} is already in use ({why}); stop what listens there or set engine.port " \
+           "to a free port"
 
 
 def _gpu_indices(env: Mapping[str, str]) -> set[int] | None:
@@ -303,10 +295,7 @@ class Supervisor:
 
     @property
     def base_url(self) -> str:
-        host = self.config.engine.host
-        host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.config.engine.port}"
+        return ports.local_base_url(self.config.engine.host, self.config.engine.port)
 
     def status(self) -> dict[str, Any]:
         """The `/status` document: names and numbers only, never the API key or argv."""

@@ -337,3 +337,20 @@ def test_live_evidence_and_redaction() -> None:
     }
     assert "live.spec_accept" in codes(audit.live_findings(spec), "warning")
     assert "live.decode_graph" in codes(audit.live_findings(spec), "ok")
+
+
+def test_busy_port_held_by_a_running_engine_is_info_and_a_foreign_one_an_error() -> None:
+    facts = HostFacts(
+        nvml=True,
+        gpus=(gpu("9.0"),),
+        ports_busy={30000: "engine HTTP", 9100: "supervisor metrics"},
+        ports_running={30000: "SGLang already running (pid 42, the configured model, started by "
+                              "sglang-supervisor pid 41)"},
+        ports_checked={30000: "engine HTTP", 9100: "supervisor metrics"},
+    )
+    got = audit.host_findings(facts, 1)
+    running = [f for f in got if f.code == "host.port_running"]
+    assert [f.severity for f in running] == ["info"]
+    assert "30000" in running[0].what and "pid 42" in running[0].what
+    busy = [f for f in got if f.code == "host.port"]
+    assert [(f.severity, "9100" in f.what) for f in busy] == [("error", True)]

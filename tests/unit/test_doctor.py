@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from sglang_supervisor import cli, gpu
+from sglang_supervisor import audit, cli, gpu
 from sglang_supervisor.commands import doctor
+from sglang_supervisor.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_CONFIG = ROOT / "etc" / "sglang-supervisor" / "qwen.yaml"
 MODEL = ROOT / "tests" / "fixtures" / "models" / "qwen3.6-27b-like"
+REAL_PORT_BUSY = doctor.port_busy
 SERVER_INFO = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.server_info.json"
 
 
@@ -216,3 +220,54 @@ def test_live_only_without_config(
     args = argparse.Namespace(config=os.devnull + ".missing", url="http://x:1", json=True)
     assert doctor.main(args) == 0
     assert json.loads(capsys.readouterr().out)["live"] == {"url": "http://x:1"}
+
+
+class _Listener:
+    """An HTTP server on a free loopback port: SGLang's /model_info, or a stranger's 404."""
+
+    def __init__(self, model_info: dict[str, object] | None) -> None:
+        body = json.dumps(model_info).encode() if model_info is not None else b"not found"
+        status = 200 if model_info is not None else 404
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(status if self.path == "/model_info" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("sglang", [True, False])
+def test_busy_engine_port_tells_a_running_sglang_from_a_stranger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sglang: bool
+) -> None:
+    monkeypatch.setattr(doctor, "port_busy", REAL_PORT_BUSY)  # the autouse fixture stubbed it
+    listener = _Listener({"model_path": str(MODEL), "is_generation": True} if sglang else None)
+    try:
+        config = load_config(seed_config(tmp_path, host="127.0.0.1", port=listener.port))
+        facts, summary = doctor.gather_host(config, {}, 1, {})
+    finally:
+        listener.close()
+    got = [f for f in audit.host_findings(facts, 1) if f.code.startswith("host.port")]
+    engine = [f for f in got if f"port {listener.port} " in f.what]
+    if sglang:
+        assert [f.severity for f in engine] == ["info"]
+        # this test process listens; no supervisor started it
+        assert f"pid {os.getpid()}" in engine[0].what and "the configured model" in engine[0].what
+        assert "not started by a sglang-supervisor" in engine[0].what
+        assert summary["ports"][str(listener.port)] == "running"
+    else:
+        assert [f.severity for f in engine] == ["error"] and "already in use" in engine[0].what
+        assert summary["ports"][str(listener.port)] == "busy"

@@ -11,11 +11,9 @@ Exit status: 0 when no finding is an error, 1 otherwise (warnings do not fail it
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +25,7 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor import audit, gpu, profiles
+from sglang_supervisor import audit, gpu, ports, profiles
 from sglang_supervisor.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.config import Config, ConfigError, effective_overlay, load_config, parse_address
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
@@ -38,6 +36,7 @@ ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "sglang_argcheck.py"
 ARGCHECK_TIMEOUT_S = 120.0
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
+PORT_PROBE_TIMEOUT_S = 2.0  # a busy port's listener asked "are you SGLang?"
 _MARK = {"error": "ERROR", "warning": "WARN ", "info": "info ", "ok": "ok   "}
 _AREA_TITLE = {"host": "Host", "engine": "Engine", "audit": "Audit", "live": "Live server"}
 
@@ -111,14 +110,60 @@ def run_argcheck(
 
 
 def port_busy(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            return e.errno == errno.EADDRINUSE
-    return False
+    return ports.bind_error(host, port) is not None
+
+
+def sglang_model_info(base_url: str, api_key: str | None,
+                      timeout_s: float = PORT_PROBE_TIMEOUT_S) -> dict[str, Any] | None:
+    """SGLang's /model_info at base_url, or None when what answers there (if anything) is not SGLang."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(base_url + "/model_info", headers=headers, timeout=timeout_s)
+        data = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, OSError, ValueError):
+        return None
+    if isinstance(data, dict) and "model_path" in data and "is_generation" in data:
+        return data
+    return None
+
+
+def _pids_text(pids: Sequence[int]) -> str:
+    if not pids:
+        return "pid unknown: not readable by this user"
+    return "pid " + ", ".join(str(p) for p in pids)
+
+
+def port_holder(config: Config, port: int, api_key: str | None) -> str | None:
+    """Who holds a busy port, when it is a running SGLang or sglang-supervisor (probably ours), or
+    None for anything else. An engine answering /model_info is named with its pid and whether a
+    supervisor started it."""
+    pids = sorted(ports.listener_pids(port))
+    supervisors = [p for p in pids if ports.is_supervisor_run(ports.cmdline(p))]
+    if supervisors:
+        return f"held by a running sglang-supervisor ({_pids_text(supervisors)})"
+    info = sglang_model_info(ports.local_base_url(config.engine.host, port), api_key)
+    if info is None:
+        return None
+    model = str(info.get("model_path"))
+    whose = ("the configured model" if model == config.engine.model_path
+             else f"not the configured model: {model}")
+    parents = sorted({s for p in pids if (s := ports.supervisor_above(p)) is not None})
+    if parents:
+        started = f"started by sglang-supervisor {_pids_text(parents)}"
+    elif pids:
+        started = "not started by a sglang-supervisor"
+    else:
+        started = "starter unknown"
+    return f"SGLang already running ({_pids_text(pids)}, {whose}, {started})"
+
+
+def _api_key_or_none(config: Config) -> str | None:
+    from sglang_supervisor.apikey import read_api_key  # noqa: PLC0415 (doctor's only other use is --url)
+
+    try:
+        return read_api_key(config.engine)
+    except ConfigError:
+        return None
 
 
 def dir_status(path: str) -> str:
@@ -176,12 +221,14 @@ def gather_host(
         + (f" {p.used_bytes / 1024**3:.1f} GiB" if p.used_bytes else "")
         for p in gpu.find_foreign(gpus, set())
     ]
-    ports = {config.engine.port: "engine HTTP"}
+    checked = {config.engine.port: "engine HTTP"}
     if config.metrics.enabled:
-        ports.setdefault(parse_address(config.metrics.address)[1], "supervisor metrics")  # validated
-    ports.update({p: w for p, w in extra_ports.items() if p not in ports})
-    ports = {p: w for p, w in ports.items() if p}
-    busy = {p: w for p, w in ports.items() if port_busy(config.engine.host, p)}
+        checked.setdefault(parse_address(config.metrics.address)[1], "supervisor metrics")  # validated
+    checked.update({p: w for p, w in extra_ports.items() if p not in checked})
+    checked = {p: w for p, w in checked.items() if p}
+    busy = {p: w for p, w in checked.items() if port_busy(config.engine.host, p)}
+    api_key = _api_key_or_none(config) if busy else None
+    running = {p: h for p in busy if (h := port_holder(config, p, api_key)) is not None}
     log_dir = str(Path(config.engine.log_file).parent)
     dirs: dict[str, tuple[str, str]] = {
         config.state_dir: ("state directory", dir_status(config.state_dir)),
@@ -205,7 +252,8 @@ def gather_host(
         shm_bytes=shm_size(),
         memlock_soft=memlock_soft(),
         ports_busy=busy,
-        ports_checked=ports,
+        ports_running=running,
+        ports_checked=checked,
         dirs=dirs,
         model=model,
         model_error=model_error,
@@ -227,7 +275,8 @@ def gather_host(
         "tp_link": link,
         "shm_bytes": facts.shm_bytes,
         "memlock_soft": facts.memlock_soft,
-        "ports": {str(p): ("busy" if p in busy else "free") for p in sorted(ports)},
+        "ports": {str(p): ("running" if p in running else "busy" if p in busy else "free")
+                  for p in sorted(checked)},
         "dirs": {path: status for path, (_, status) in sorted(dirs.items())},
         "model": model.to_dict() if model else None,
         "model_error": model_error,
@@ -302,14 +351,14 @@ def _engine_findings(
 
 def _encoder_ports(config: Config, version: str) -> dict[int, str]:
     catalog = flag_catalog(version)
-    ports: dict[int, str] = {}
+    found: dict[int, str] = {}
     for p in config.profiles:
         flags = audit.parse_flags(_written_args(config, p.name), catalog)
         if flags.on("--language-only"):
             port = flags.int("--encoder-bootstrap-port", audit.ENCODER_BOOTSTRAP_PORT_DEFAULT)
             if port:
-                ports[port] = f"encoder bootstrap (--language-only, profile {p.name})"
-    return ports
+                found[port] = f"encoder bootstrap (--language-only, profile {p.name})"
+    return found
 
 
 def config_report(

@@ -176,7 +176,28 @@ def _raw_problems(data: Mapping[object, object]) -> list[ConfigProblem]:
     return out
 
 
-class EngineSettings(_Strict):
+class _ArgsAndEnv(_Strict):
+    """The `args` and `env` that the engine section and every profile write, checked alike.
+
+    The fields themselves stay declared in each subclass, in their own order."""
+
+    _env_strings = field_validator("env", mode="before", check_fields=False)(_coerce_env)
+    _arg_values = field_validator("args", mode="before", check_fields=False)(_check_arg_values)
+
+    @field_validator("args", check_fields=False)
+    @classmethod
+    def _args_names(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        _check_flag_names(v)
+        return v
+
+    @field_validator("env", check_fields=False)
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        _check_env_names(v)
+        return v
+
+
+class EngineSettings(_ArgsAndEnv):
     # argv prefix that starts SGLang, e.g. ["/opt/sglang/bin/python3", "-m", "sglang.launch_server"]
     # or ["/opt/sglang/bin/sglang", "serve"]. "{python}" stands for the supervisor's own interpreter
     # (used by the demo to run the simulator).
@@ -199,21 +220,6 @@ class EngineSettings(_Strict):
     log_file: str = "/var/log/sglang-supervisor/engine.log"
     log_max_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
     log_backups: Annotated[int, Field(ge=0, le=100)] = 5
-
-    _env_strings = field_validator("env", mode="before")(_coerce_env)
-    _arg_values = field_validator("args", mode="before")(_check_arg_values)
-
-    @field_validator("args")
-    @classmethod
-    def _args_names(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        _check_flag_names(v)
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        _check_env_names(v)
-        return v
 
     @field_validator("version")
     @classmethod
@@ -241,7 +247,7 @@ class EngineSettings(_Strict):
         return self.api_key_file is not None or self.api_key_credential is not None
 
 
-class Profile(_Strict):
+class Profile(_ArgsAndEnv):
     name: str
     description: str = ""
     args: dict[str, ArgValue] = Field(default_factory=dict)  # added to / overriding engine.args
@@ -252,25 +258,10 @@ class Profile(_Strict):
     # step's changes). None: overlay engine.args/env directly.
     extends: str | None = None
 
-    _env_strings = field_validator("env", mode="before")(_coerce_env)
-    _arg_values = field_validator("args", mode="before")(_check_arg_values)
-
-    @field_validator("args")
-    @classmethod
-    def _args_names(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
-        _check_flag_names(v)
-        return v
-
     @field_validator("remove")
     @classmethod
     def _remove_names(cls, v: list[str]) -> list[str]:
         _check_flag_list(v)
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        _check_env_names(v)
         return v
 
     @field_validator("name")

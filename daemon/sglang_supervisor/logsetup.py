@@ -47,6 +47,7 @@ MAX_ENGINE_LINE_CHARS = 16 * 1024
 _QUEUE_LINES = 10_000
 _COALESCE_S = 0.02
 _REDACTED = "***"
+_JOURNAL_SEND_TIMEOUT_S = 0.5
 _MIN_SECRET_LEN = 4  # shorter "secrets" would shred ordinary text
 
 # syslog priorities (sd-daemon.h): what SyslogLevelPrefix= and the journal's PRIORITY= mean.
@@ -119,6 +120,17 @@ def render_logfmt(event: str, fields: Mapping[str, object]) -> str:
     return " ".join(parts)
 
 
+def journal_value(value: object) -> str:
+    """A field value as the message shows it, unquoted: `KILLED=true` matches `journalctl KILLED=true`."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)
+
+
 def journal_field_name(key: str) -> str | None:
     """A structlog key as a journal field name (A-Z, 0-9, _; not starting with _ or a digit)."""
     name = "".join(c if c.isalnum() and c.isascii() else "_" for c in key.upper()).strip("_")
@@ -140,6 +152,9 @@ def encode_journal_fields(fields: Mapping[str, str]) -> bytes:
 
 
 # -- the sink: where rendered lines go --------------------------------------------------------
+
+# A queued item: a plain line, or native journal fields with the line to write if they can't be sent.
+_Item = str | tuple[Mapping[str, str], str]
 
 class _Sink:
     """Writes lines to a stream (optionally from a background thread) and, when enabled, journal
@@ -164,11 +179,15 @@ class _Sink:
         if journal_socket is not None:
             try:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sock.setblocking(False)  # a busy journald means a stdout line, never a wait
+                # Datagrams are sent from the writer thread (background mode), so a short blocking
+                # wait is harmless there and rides out bursts: the socket's queue can be as short
+                # as 10 datagrams (net.unix.max_dgram_qlen) and a non-blocking send would turn
+                # every burst into field-less stdout lines, out of order with the rest.
+                sock.settimeout(_JOURNAL_SEND_TIMEOUT_S)
                 self._journal = sock
             except OSError:
                 self._journal = None
-        self._queue: queue.Queue[str | None] | None = None
+        self._queue: queue.Queue[_Item | None] | None = None
         self._thread: threading.Thread | None = None
         if background:
             self._queue = queue.Queue(maxsize=_QUEUE_LINES)
@@ -185,28 +204,51 @@ class _Sink:
                 text = text.replace(secret, _REDACTED)
         return text
 
-    def send_journal(self, fields: Mapping[str, str]) -> bool:
+    def _send_journal(self, fields: Mapping[str, str]) -> bool:
         if self._journal is None or self._journal_addr is None:
             return False
-        if self.redactions:
-            fields = {k: self.redact(v) for k, v in fields.items()}
         try:
             self._journal.sendto(encode_journal_fields(fields), self._journal_addr)
-        except OSError:  # EAGAIN (journald busy), EMSGSIZE (huge line), ENOENT (journald gone)
+        except OSError:  # timeout (journald stuck), EMSGSIZE (huge line), ENOENT (journald gone)
             return False
         return True
 
-    def emit(self, line: str) -> None:
+    def emit(self, line: str, journal: Mapping[str, str] | None = None) -> None:
+        """Write `line`, or send `journal` as native journal fields with `line` as the fallback.
+
+        In background mode both go through the one queue, so they reach journald in order and a
+        slow journald costs the writer thread a bounded wait, never the caller.
+        """
         if self.redactions:
             line = self.redact(line)
+            if journal is not None:
+                journal = {k: self.redact(v) for k, v in journal.items()}
+        item: _Item = line if journal is None or self._journal is None else (journal, line)
         if self._queue is None:
             with self._lock:
-                self._write([line])
+                self._write_items([item])
             return
         try:
-            self._queue.put_nowait(line)
+            self._queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
+
+    def _write_items(self, items: list[_Item]) -> None:
+        # Consecutive plain lines become one write; a datagram that cannot be sent becomes its
+        # fallback line in the same place.
+        lines: list[str] = []
+        for item in items:
+            if isinstance(item, str):
+                lines.append(item)
+                continue
+            fields, fallback = item
+            if lines:  # what came before this datagram goes first
+                self._write(lines)
+                lines = []
+            if not self._send_journal(fields):
+                lines.append(fallback)
+        if lines:
+            self._write(lines)
 
     def _write(self, lines: list[str]) -> None:
         if self._broken:
@@ -233,7 +275,7 @@ class _Sink:
         assert q is not None
         while True:
             item = q.get()
-            batch: list[str] = []
+            batch: list[_Item] = []
             stop = item is None
             if item is not None:
                 batch.append(item)
@@ -251,7 +293,7 @@ class _Sink:
                 else:
                     batch.append(more)
             if batch:
-                self._write(batch)
+                self._write_items(batch)
             if stop:
                 return
 
@@ -273,9 +315,7 @@ class _SinkLogger:
         self._sink = sink
 
     def msg(self, line: str, journal: Mapping[str, str] | None = None) -> None:
-        if journal is not None and self._sink.send_journal(journal):
-            return
-        self._sink.emit(line)
+        self._sink.emit(line, journal)
 
     log = debug = info = warn = warning = notice = msg
     fatal = failure = err = error = critical = exception = msg
@@ -304,7 +344,7 @@ class _JournaldRenderer:
             for key, value in event_dict.items():
                 name = journal_field_name(key)
                 if name is not None and name not in fields:
-                    fields[name] = "" if value is None else str(value)
+                    fields[name] = journal_value(value)
             kwargs["journal"] = fields
         return (f"<{prio}>{message}",), kwargs
 
@@ -444,15 +484,15 @@ def log_engine_line(text: str, priority: int = 6, rank: str | None = None) -> No
         text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
     fmt = _state.fmt
     if fmt == "journald":
+        rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
+        line = f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}"
+        fields = None
         if sink.native:
             fields = {"MESSAGE": text, "PRIORITY": str(priority), "SYSLOG_IDENTIFIER": _state.identifier,
                       "SOURCE": "engine", "EVENT": "engine_output"}
             if rank is not None:
                 fields["ENGINE_RANK"] = rank
-            if sink.send_journal(fields):
-                return
-        rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
-        sink.emit(f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}")
+        sink.emit(line, fields)
     elif fmt == "json":
         record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
         if rank is not None:

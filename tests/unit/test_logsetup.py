@@ -364,3 +364,30 @@ def test_any_engine_text_is_one_journald_line(text: str) -> None:
     log_engine_line(text, 3)
     assert buf.getvalue().count("\n") == 1
     assert buf.getvalue().startswith("<3>engine_output source=engine text=")
+
+
+def test_a_burst_reaches_the_journal_as_fields_not_stdout_fallbacks(
+    journal_socket: tuple[socket.socket, str],
+) -> None:
+    # The socket's queue holds only net.unix.max_dgram_qlen datagrams (10 where systemd's sysctl
+    # drop-in is missing): a burst larger than that must wait for journald, not lose its fields.
+    sock, path = journal_socket
+    buf = io.StringIO()
+    configure_logging("journald", buf, environ={"JOURNAL_STREAM": "1:1"}, journal_socket=path,
+                      background=True)
+    burst = 200
+    for i in range(burst):
+        log_engine_line(f"Decode batch, #running-req: {i}", 6, rank="TP0")
+    received = [_read_journal_datagram(sock)["MESSAGE"] for _ in range(burst)]
+    logsetup.shutdown_logging()
+    assert received == [f"Decode batch, #running-req: {i}" for i in range(burst)]
+    assert buf.getvalue() == ""
+
+
+def test_journal_fields_render_values_like_the_message(journal_socket: tuple[socket.socket, str]) -> None:
+    sock, path = journal_socket
+    configure_logging("journald", io.StringIO(), environ={"JOURNAL_STREAM": "1:1"}, journal_socket=path)
+    structlog.get_logger().info("engine.stopped", killed=False, drained=True, left=[1, 2], code=None)
+    fields = _read_journal_datagram(sock)
+    assert (fields["KILLED"], fields["DRAINED"], fields["LEFT"], fields["CODE"]) == ("false", "true", "[1, 2]", "")
+    assert "killed=false drained=true" in fields["MESSAGE"]

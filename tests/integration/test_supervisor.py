@@ -9,178 +9,29 @@ so a loaded CI machine slows the tests down instead of failing them.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from sglang_supervisor.config import default_demo_config_path
 from sglang_supervisor.process import group_members
+from supervised import (
+    DEADLINE_S,
+    Daemon,
+    assert_no_engine_left,
+    base_config,
+    fault_first_profile,
+    start,
+    stop_cleanly,
+)
 
 pytestmark = pytest.mark.integration
 
-TIME_SCALE = "0.02"
-DEADLINE_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def base_config(workdir: Path, **timeouts: float) -> dict[str, Any]:
-    """demo.yaml made quick: fast simulated time, tiny probes, short timeouts, own ports and dirs."""
-    data = yaml.safe_load(default_demo_config_path().read_text())
-    data = copy.deepcopy(data)
-    eng = data["engine"]
-    eng["port"] = free_port()
-    eng["log_file"] = str(workdir / "engine.log")
-    eng.setdefault("env", {})["SGLANG_SIM_TIME_SCALE"] = TIME_SCALE
-    data["state_dir"] = str(workdir / "state")
-    data["runtime_dir"] = str(workdir / "run")
-    data["metrics"] = {"enabled": False}
-    data["probe"].update({"input_tokens": 16, "max_new_tokens": 8, "interval_s": 3600,
-                          "timeout_s": 10, "baseline_runs": 1})
-    data["timeouts"].update({"stall_s": 10, "start_s": 120, "ready_probe_s": 20, "drain_s": 3,
-                             "kill_s": 5, "gpu_release_s": 0, "health_interval_s": 1,
-                             "health_timeout_s": 2, "health_failures": 2, **timeouts})
-    data["restart"]["backoff_s"] = 0.1
-    return data
-
-
-def fault_first_profile(data: dict[str, Any], *specs: str) -> dict[str, Any]:
-    data["profiles"][0].setdefault("env", {})["SGLANG_SIM_FAULTS"] = ",".join(specs)
-    return data
-
-
-class Daemon:
-    """One `sglang-supervisor run` process, its notify socket and its JSON log."""
-
-    def __init__(self, workdir: Path, data: dict[str, Any], *extra: str,
-                 env: dict[str, str] | None = None) -> None:
-        self.workdir = workdir
-        self.config = workdir / "config.yaml"
-        self.write_config(data)
-        self.sock_dir = Path(tempfile.mkdtemp(prefix="sn-", dir="/tmp"))
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(self.sock_dir / "n"))
-        self.sock.settimeout(0.2)
-        self.events: list[dict[str, Any]] = []
-        self.notes: list[str] = []
-        self.raw: list[str] = []
-        self._cv = threading.Condition()
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SIM")}
-        full_env["NOTIFY_SOCKET"] = str(self.sock_dir / "n")
-        full_env["PYTHONUNBUFFERED"] = "1"
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang_supervisor", "run", "--config", str(self.config),
-             "--log-format", "json", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full_env, text=True)
-        self._threads = [threading.Thread(target=self._read_log, daemon=True),
-                         threading.Thread(target=self._read_notify, daemon=True)]
-        for t in self._threads:
-            t.start()
-
-    def write_config(self, data: dict[str, Any]) -> None:
-        self.config.write_text(yaml.safe_dump(data, sort_keys=False))
-
-    def _read_log(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cv:
-                self.raw.append(line.rstrip("\n"))
-                with contextlib.suppress(ValueError):
-                    record = json.loads(line)
-                    if isinstance(record, dict):
-                        self.events.append(record)
-                self._cv.notify_all()
-
-    def _read_notify(self) -> None:
-        while self.proc.poll() is None or self._pending_datagram():
-            try:
-                data = self.sock.recv(65536)
-            except (TimeoutError, OSError):
-                continue
-            with self._cv:
-                self.notes.extend(data.decode().splitlines())
-                self._cv.notify_all()
-
-    def _pending_datagram(self) -> bool:
-        return False
-
-    def wait_for(self, what: str, pred: Callable[[], Any], timeout: float = DEADLINE_S) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while True:
-                got = pred()
-                if got:
-                    return got
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not pred()
-                                 and not self._threads[0].is_alive()):
-                    tail = "\n".join(self.raw[-40:])
-                    pytest.fail(f"timed out waiting for {what}; daemon rc={self.proc.poll()}\n{tail}")
-                self._cv.wait(min(left, 0.2))
-
-    def event(self, name: str, timeout: float = DEADLINE_S, after: int = 0, **fields: Any
-              ) -> dict[str, Any]:
-        def find() -> dict[str, Any] | None:
-            for ev in self.events[after:]:
-                if ev.get("event") == name and all(ev.get(k) == v for k, v in fields.items()):
-                    return ev
-            return None
-
-        desc = name + "".join(f" {k}={v}" for k, v in fields.items())
-        result: dict[str, Any] = self.wait_for(desc, find, timeout)
-        return result
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        with self._cv:
-            return [e for e in self.events if e.get("event") == name]
-
-    def notified(self, text: str, count: int = 1, timeout: float = DEADLINE_S) -> None:
-        self.wait_for(f"{count}x {text} on NOTIFY_SOCKET",
-                      lambda: sum(1 for n in self.notes if n == text) >= count, timeout)
-
-    def exit_code(self, timeout: float = DEADLINE_S) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            tail = "\n".join(self.raw[-40:])
-            pytest.fail(f"the daemon did not exit within {timeout} s\n{tail}")
-
-    def engine_pids(self) -> list[int]:
-        return [int(e["pid"]) for e in self.named("engine.spawned")]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for pid in self.engine_pids():  # never leave an engine behind, whatever failed
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        self.sock.close()
-        shutil.rmtree(self.sock_dir, ignore_errors=True)
+# test_probe_supervised.py uses this module as its harness (these names and the fixtures below).
+__all__ = ["DEADLINE_S", "Daemon", "base_config", "fault_first_profile", "start", "stop_cleanly"]
 
 
 @pytest.fixture
@@ -194,25 +45,6 @@ def daemons() -> Iterator[list[Daemon]]:
     yield started
     for d in started:
         d.close()
-
-
-def start(daemons: list[Daemon], workdir: Path, data: dict[str, Any], *extra: str,
-          env: dict[str, str] | None = None) -> Daemon:
-    d = Daemon(workdir, data, *extra, env=env)
-    daemons.append(d)
-    return d
-
-
-def assert_no_engine_left(d: Daemon) -> None:
-    for pid in d.engine_pids():
-        assert group_members(pid) == [], f"processes of engine group {pid} outlived the stop"
-
-
-def stop_cleanly(d: Daemon) -> None:
-    d.proc.send_signal(signal.SIGTERM)
-    assert d.exit_code() == 0
-    d.notified("STOPPING=1")
-    assert_no_engine_left(d)
 
 
 # ------------------------------------------------------------------------------------ tests
@@ -332,7 +164,7 @@ def test_sighup_unchanged_changed_and_broken(daemons, workdir) -> None:
     d.notified("READY=1", count=2)
     assert d.engine_pids() == [first_pid]
 
-    d.config.write_text("engine: [this is not a mapping\n")
+    d.config_path.write_text("engine: [this is not a mapping\n")
     n = len(d.events)
     d.proc.send_signal(signal.SIGHUP)
     d.event("supervisor.reload_failed", after=n)

@@ -325,8 +325,10 @@ class ThroughputMonitor:
         """Before restarting an engine (minutes) spend one longer probe (seconds) so that at least
         one `Decode batch` line is logged: eager decode must be explained, not restarted blindly.
         The probe is not a throughput sample (another shape); its cost is accounted."""
+        # Twice the tokens the interval needs at the measured accept length: a short probe
+        # under-measures it (its last verify step is cut short), and too few steps log nothing.
         accept = (self.last_probe.spec_accept_length if self.last_probe else None) or 1.0
-        tokens = math.ceil(self._decode_log_interval * max(accept, 1.0) * 1.25) + 2
+        tokens = math.ceil(self._decode_log_interval * max(accept, 1.0) * 2) + 2
         shape = make_shape(self.shape.input_tokens, max(self.shape.max_new_tokens, tokens))
         log.info("probe_decode_evidence", max_new_tokens=shape.max_new_tokens,
                  why="no decode-mode evidence since the regression was suspected")

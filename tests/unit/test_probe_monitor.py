@@ -257,11 +257,11 @@ def test_eager_decode_seen_only_in_the_log_is_explained_before_any_restart(
     mon.feed(DecodeStats(line_no=1, rank="TP0", running_req=1, queue_req=0, gen_throughput=100.0,
                          cuda_graph=True, accept_len=None))
     ticks(mon, 3)
-    assert engine.evidence_shapes == [52]  # 40 steps x 1 token x 1.25 + 2
+    assert engine.evidence_shapes == [82]  # 40 steps x 1 token x 2 + 2
     assert [type(d) for d, _ in decisions] == [Explained]
     assert [e.reason for e in decisions[0][0].reasons] == [Reason.EAGER_DECODE]
     assert mon.samples == [60.0, 58.0, 59.0, 57.0]  # the evidence probe is not a sample
-    assert metrics.probe_tokens._value.get() == 4 * (8 + 16) + 52 + 16
+    assert metrics.probe_tokens._value.get() == 4 * (8 + 16) + 82 + 16
     assert not mon._stopped.is_set()
 
 

@@ -23,6 +23,7 @@ from sglang_supervisor.simulator.args import SimConfig
 from sglang_supervisor.simulator.faults import degrade_multiplier
 
 _MIN_WAKE_S = 0.01
+_MAX_LAG_S = 0.5  # behind schedule by more than this (a stall, a loaded host): restart the schedule
 WORDS = (
     "the",
     " capital",
@@ -197,6 +198,9 @@ class Engine:
         window_tokens = 0
         window_start = loop.time()
         steps_since_log = 0
+        # Decode steps are paced against an absolute schedule: relative sleeps would add the loop's
+        # own overhead to every step and run several percent slower than the modelled rate.
+        next_at: float | None = None
         while True:
             if self.wedged:
                 await self._unwedge.wait()  # never set: a wedged scheduler stays wedged
@@ -205,15 +209,21 @@ class Engine:
                 await self._wake.wait()
                 window_start = loop.time()
                 window_tokens = 0
+                next_at = None
                 continue
             if self.waiting and len(self.running) < self.profile.max_running_requests:
                 await self._prefill()
+                next_at = None
                 continue
             batch = len(self.running)
             step = throughput.step_seconds(self.profile, batch, eager=self.eager) / self.rate_multiplier
             k = max(1, math.ceil(_MIN_WAKE_S / step))
             k = min(k, max(1, min(r.max_new_tokens - r.generated for r in self.running)))
-            await asyncio.sleep(k * step)
+            now_loop = loop.time()
+            if next_at is None or now_loop - next_at > _MAX_LAG_S:
+                next_at = now_loop  # a fresh stretch, or too far behind to catch up honestly
+            next_at += k * step
+            await asyncio.sleep(max(0.0, next_at - now_loop))
             if self.wedged:
                 continue
             accept = throughput.accept_length(self.profile)

@@ -319,6 +319,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._done = loop.create_future()
+        loop.set_exception_handler(self._loop_exception)
         if self.prep.api_key:
             set_redactions([self.prep.api_key])
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
@@ -342,9 +343,13 @@ class Supervisor:
             result = await self._done
         finally:
             watchdog.cancel()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
-            await self._shutdown()
+            # The handlers stay until the engine is gone: a second SIGTERM (Ctrl-C twice) during
+            # the shutdown must not kill us with the default action and leave the engine behind.
+            try:
+                await self._shutdown()
+            finally:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
         return int(result.code)
 
     async def _shutdown(self) -> None:
@@ -352,9 +357,15 @@ class Supervisor:
         if self._launching is not None:
             self._launching.cancel()
         eng = self._engine
-        if eng is not None and eng.proc.returncode is None:
-            # Exit was decided with the engine still up (should not happen): never leave it behind.
-            await eng.proc.stop(self.config.timeouts.drain_s, self.config.timeouts.kill_s)
+        if eng is not None:
+            if eng.stopping is not None and not eng.stopping.done():
+                with contextlib.suppress(Exception):
+                    await eng.stopping  # bounded by drain_s + kill_s
+            if eng.proc.returncode is None or eng.proc.group_members():
+                # Exit was decided with (part of) the engine still up, e.g. after an internal
+                # error: never leave it behind, children included.
+                result = await eng.proc.stop(self.config.timeouts.drain_s, self.config.timeouts.kill_s)
+                self._log_leftover(result.leftover)
         for t in list(self._tasks):
             t.cancel()
         for timer in self._timers.values():
@@ -394,15 +405,34 @@ class Supervisor:
     def _spawn_task(self, fn: Callable[[], Any]) -> None:
         task = asyncio.ensure_future(fn())
         self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(self._tasks.discard)
+        self._supervise(task)
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+    def _supervise(self, task: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """A bug in any of our tasks ends the run (exit 1, engine stopped) instead of vanishing
+        into "Task exception was never retrieved" while the lifecycle waits forever for it."""
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
         if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            log.error("supervisor.internal_error", error=repr(exc))
-            if self._done is not None and not self._done.done():
-                self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"))
+            self._internal_error(task.exception())
+
+    def _internal_error(self, exc: BaseException | None, where: str | None = None) -> None:
+        log.error("supervisor.internal_error", error=repr(exc), where=where,
+                  exc_info=exc if isinstance(exc, Exception) else None)
+        if self._done is not None and not self._done.done():
+            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"))
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's last resort, in our log. A callback of ours that raised (a timer, a signal,
+        engine output fed to the lifecycle) is fatal like a task; other reports are logged only."""
+        exc = context.get("exception")
+        if exc is not None and "handle" in context and "future" not in context:
+            self._internal_error(exc, str(context.get("message") or ""))
+        else:
+            log.warning("supervisor.asyncio", message=str(context.get("message") or ""),
+                        error=repr(exc) if exc is not None else None)
 
     # -- the policy bridge ------------------------------------------------------------------
 
@@ -421,6 +451,7 @@ class Supervisor:
             self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
         elif isinstance(a, Launch):
             self._launching = asyncio.ensure_future(self._launch(a))
+            self._supervise(self._launching)
         elif isinstance(a, StopEngine):
             self._stop_engine(a.reason)
         elif isinstance(a, SetTimer):
@@ -636,6 +667,7 @@ class Supervisor:
             self._log_leftover(result.leftover)
 
         eng.stopping = asyncio.ensure_future(stop())
+        self._supervise(eng.stopping)
 
     # -- engine output ----------------------------------------------------------------------
 
@@ -732,9 +764,11 @@ class Supervisor:
         # READY=1 also ends a reload that kept the engine: the loops may already be running.
         if self._health_task is None or self._health_task.done():
             self._health_task = asyncio.ensure_future(self._health_loop(self.lifecycle.attempt))
+            self._supervise(self._health_task)
         if self._monitor is not None and self.config.probe.enabled and (
                 self._monitor_task is None or self._monitor_task.done()):
             self._monitor_task = asyncio.ensure_future(self._monitor.run())
+            self._supervise(self._monitor_task)
         if self.opts.exit_after_ready:
             assert self._loop is not None
             self._loop.call_soon(self.feed, StopRequested("exit-after-ready"))
@@ -791,7 +825,9 @@ class Supervisor:
             return
         try:
             config = await asyncio.to_thread(load_config, path)
-            prepared = await asyncio.to_thread(prepare, config, self._reload_version(config))
+            # `version: auto` runs the engine's interpreter: never on the loop (watchdog, health).
+            version = await asyncio.to_thread(self._reload_version, config)
+            prepared = await asyncio.to_thread(prepare, config, version)
         except ConfigError as exc:
             # A broken file must not take a healthy engine down: keep running what we have.
             log.error("supervisor.reload_failed", error=str(exc), kept_profile=self.lifecycle.profile)

@@ -531,6 +531,10 @@ class Lifecycle:
         acts.append(self.exit)
         return acts
 
+    def _stopped_by_signal(self, now: float) -> list[Action]:
+        self._close_attempt(now, "stopped", None)
+        return self._exit(ExitCode.OK, "stopped by signal", now)
+
     def _cancel_timers(self) -> list[Action]:
         return [CancelTimer(STALL_TIMER), CancelTimer(START_TIMER), CancelTimer(FAILURE_GRACE_TIMER)]
 
@@ -724,8 +728,7 @@ class Lifecycle:
                                                                "message": inp.message}))
             return acts + self._exit(ExitCode.CONFIG, inp.message, now)
         if self._stop_reason == "signal":
-            self._close_attempt(now, "stopped", None)
-            return acts + self._exit(ExitCode.OK, "stopped by signal", now)
+            return acts + self._stopped_by_signal(now)
         return acts + self._fail_over(FailureClass.OTHER, inp.message, now, after_ready=False)
 
     def _on_EngineExited(self, inp: EngineExited, now: float) -> list[Action]:
@@ -738,8 +741,7 @@ class Lifecycle:
             "we_stopped": inp.we_stopped, "clean": inp.clean}))
         reason = self._stop_reason
         if reason == "signal":
-            self._close_attempt(now, "stopped", None)
-            return acts + self._exit(ExitCode.OK, "stopped by signal", now)
+            return acts + self._stopped_by_signal(now)
         if reason == "gpu_busy":
             self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
             return acts + self._exit(ExitCode.TEMPORARY, "GPU held by a foreign process", now)

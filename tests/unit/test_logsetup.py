@@ -389,5 +389,6 @@ def test_journal_fields_render_values_like_the_message(journal_socket: tuple[soc
     configure_logging("journald", io.StringIO(), environ={"JOURNAL_STREAM": "1:1"}, journal_socket=path)
     structlog.get_logger().info("engine.stopped", killed=False, drained=True, left=[1, 2], code=None)
     fields = _read_journal_datagram(sock)
-    assert (fields["KILLED"], fields["DRAINED"], fields["LEFT"], fields["CODE"]) == ("false", "true", "[1, 2]", "")
+    got = (fields["KILLED"], fields["DRAINED"], fields["LEFT"], fields["CODE"])
+    assert got == ("false", "true", "[1, 2]", "")
     assert "killed=false drained=true" in fields["MESSAGE"]

@@ -28,6 +28,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from sglang_supervisor import gpu
+from sglang_supervisor.events import FailureClass
+from sglang_supervisor.policy import (
+    CONFIG_FAILURES,
+    RESTART_REGRESSION,
+    RESTART_RELOAD,
+    TEMPORARY_FAILURES,
+)
 from sglang_supervisor.probe import ProbeResult
 from sglang_supervisor.regression import DECISION_NAMES, Reason
 
@@ -42,6 +49,13 @@ STATES: tuple[str, ...] = (
     "restarting", "backoff", "stopping", "stopped", "failed", "other",
 )
 EXPLANATIONS: tuple[str, ...] = tuple(r.value for r in Reason)
+# Why the lifecycle can relaunch an engine: failure classes that are retried or fall back (config
+# and temporary failures end the run instead), a throughput decision, a reload. Their series
+# exist from the start at 0, so increase() sees the first restart too.
+RESTART_REASONS: tuple[str, ...] = (
+    *(c.value for c in FailureClass if c not in CONFIG_FAILURES | TEMPORARY_FAILURES),
+    RESTART_REGRESSION, RESTART_RELOAD,
+)
 
 
 class _BoundedLabel:
@@ -50,12 +64,13 @@ class _BoundedLabel:
 
     _ok = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
-    def __init__(self, limit: int = 32):
+    def __init__(self, limit: int = 32, known: Sequence[str] = ()):
         self._limit = limit
+        self._known = frozenset(known)  # always accepted, not counted against the limit
         self._seen: set[str] = set()
 
     def __call__(self, value: str) -> str:
-        if value in self._seen:
+        if value in self._seen or value in self._known:
             return value
         if not self._ok.match(value) or len(self._seen) >= self._limit:
             return "other"
@@ -159,7 +174,9 @@ class SupervisorMetrics:
         for name in DECISION_NAMES:  # zero series exist from the start, so increase() sees the first one
             if name != "no_action":
                 self.decisions.labels(name)
-        self._reason_label = _BoundedLabel()
+        for reason in RESTART_REASONS:
+            self.restarts.labels(reason)
+        self._reason_label = _BoundedLabel(known=RESTART_REASONS)
         self._profile_label = _BoundedLabel()
         self._result_label = _BoundedLabel()
         self._kind_label = _BoundedLabel()
@@ -188,7 +205,7 @@ class SupervisorMetrics:
         self.engine_up.set(1 if up else 0)
 
     def restart(self, reason: str) -> None:
-        """One engine restart; `reason` is a FailureClass value or a policy decision name."""
+        """One engine restart; `reason` is one of RESTART_REASONS (anything else is bounded)."""
         self.restarts.labels(self._reason_label(reason)).inc()
 
     def start_attempt(self, profile: str, result: str) -> None:

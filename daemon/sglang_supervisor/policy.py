@@ -77,6 +77,10 @@ TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE}
 # argparse's exit status: the command line itself was rejected.
 ARGPARSE_EXIT = 2
 
+# Restart reasons that are not failures (the others are FailureClass values).
+RESTART_REGRESSION = "regression"
+RESTART_RELOAD = "reload"
+
 # Passive tok/s (Decode batch lines: several a second under load) refreshes STATUS= at most this
 # often; a probe result always does.
 STATUS_REFRESH_S = 5.0
@@ -236,6 +240,9 @@ class Launch:
     attempt: int
     reason: str
     delay_s: float  # backoff before spawning (after the GPU release wait)
+    # Set when this launch replaces an engine of this run: the bounded `reason` label of the
+    # restarts counter (a FailureClass value, RESTART_REGRESSION or RESTART_RELOAD).
+    restart: str | None = None
 
 
 @dataclass(frozen=True)
@@ -538,7 +545,8 @@ class Lifecycle:
     def _cancel_timers(self) -> list[Action]:
         return [CancelTimer(STALL_TIMER), CancelTimer(START_TIMER), CancelTimer(FAILURE_GRACE_TIMER)]
 
-    def _launch(self, profile: str, reason: str, now: float, delay_s: float) -> list[Action]:
+    def _launch(self, profile: str, reason: str, now: float, delay_s: float,
+                restart: str | None = None) -> list[Action]:
         self.attempt += 1
         self.profile = profile
         self.attempts.append(Attempt(profile, self.attempt, reason, started_at=now))
@@ -556,7 +564,7 @@ class Lifecycle:
         acts += self._set_phase(Phase.LAUNCHING, now)
         acts.append(Log("engine.launch", "info",
                         {"profile": profile, "attempt": self.attempt, "reason": reason}))
-        acts.append(Launch(profile, self.attempt, reason, delay_s))
+        acts.append(Launch(profile, self.attempt, reason, delay_s, restart))
         acts.append(SetTimer(STALL_TIMER, self.settings.stall_s, reset_on_output=True))
         acts.append(SetTimer(START_TIMER, self.settings.start_s + delay_s))
         return acts
@@ -596,7 +604,7 @@ class Lifecycle:
                     "of": self.settings.same_profile_retries}))
                 acts += self._set_phase(Phase.RESTARTING, now)
                 return acts + self._launch(profile, f"retry after {failure.value}", now,
-                                           self.settings.backoff_s)
+                                           self.settings.backoff_s, failure.value)
         self._failed.add(profile)
         acts.append(MarkBad(profile, failure))
         target, why = choose_next(failure, profile, self._order, self.settings.remediation,
@@ -610,7 +618,7 @@ class Lifecycle:
             "rule": why}))
         acts += self._set_phase(Phase.RESTARTING, now)
         return acts + self._launch(target, f"fallback after {failure.value}", now,
-                                   self.settings.backoff_s)
+                                   self.settings.backoff_s, failure.value)
 
     def _ready_gate(self, now: float) -> list[Action]:
         """Start the first probe once every capture ended and the ready line was printed."""
@@ -749,7 +757,8 @@ class Lifecycle:
             self._close_attempt(now, "stopped", None)
             target = self._next_profile or self.profile or self._order[0]
             acts += self._set_phase(Phase.RESTARTING, now)
-            return acts + self._launch(target, reason, now, self.settings.backoff_s)
+            restart = RESTART_RELOAD if reason == "reload" else RESTART_REGRESSION
+            return acts + self._launch(target, reason, now, self.settings.backoff_s, restart)
         verdict = {
             "hang": FailureClass.HANG,
             "start_timeout": FailureClass.HANG,
@@ -886,7 +895,8 @@ class Lifecycle:
         self._crashes.clear()
         target = self.profile if self.profile in self._order else self._order[0]
         if not self._engine_alive:
-            return acts + self._launch(target, "reload", now, 0.0)
+            return acts + self._launch(target, "reload", now, 0.0,
+                                       RESTART_RELOAD if self.attempt else None)
         self._next_profile = target
         acts += self._stop("reload")
         if self._stop_reason == "reload":

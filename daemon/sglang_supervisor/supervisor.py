@@ -450,6 +450,8 @@ class Supervisor:
             self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
             self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
         elif isinstance(a, Launch):
+            if a.restart is not None:
+                self.metrics.restart(a.restart)
             self._launching = asyncio.ensure_future(self._launch(a))
             self._supervise(self._launching)
         elif isinstance(a, StopEngine):
@@ -478,7 +480,6 @@ class Supervisor:
         elif isinstance(a, MarkBad):
             self.store.mark_bad(self.fp, a.profile, a.failure_class.value, time.time())
             self.metrics.start_attempt(a.profile, a.failure_class.value)
-            self.metrics.restart(a.failure_class.value)
         elif isinstance(a, Exit) and self._done is not None and not self._done.done():
             self._done.set_result(a)
 

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.gpu import GpuInfo, GpuProcess
 from sglang_supervisor.metrics import (
+    RESTART_REASONS,
     GpuCollector,
     MetricsServer,
     MetricsServerError,
@@ -104,8 +105,18 @@ def test_unknown_state_and_unbounded_labels_are_contained() -> None:
         m.restart(f"reason_{i}")
     m.restart("bad label with spaces {}")
     reasons = {dict(k[1])["reason"] for k in samples(m) if k[0] == "sglang_supervisor_restarts_total"}
-    assert len(reasons) <= 33 and "other" in reasons
+    assert len(reasons - set(RESTART_REASONS)) <= 32 and "other" in reasons
     assert value(m, "sglang_supervisor_restarts_total", reason="other") == 100 - 32 + 1
+
+
+def test_every_restart_reason_exists_at_zero_from_the_start() -> None:
+    # increase() cannot see a series' first increment when the series appears with it.
+    m = SupervisorMetrics(with_gpu=False)
+    for reason in ("capture_oom", "hang", "wedged", "child_crashed", "regression", "reload"):
+        assert reason in RESTART_REASONS
+        assert value(m, "sglang_supervisor_restarts_total", reason=reason) == 0
+    for never_restarts in ("unknown_flag", "gpu_busy", "port_in_use"):  # these end the run
+        assert never_restarts not in RESTART_REASONS
 
 
 def test_gpu_collector_families_and_absence_without_nvml() -> None:

@@ -520,3 +520,60 @@ def test_a_probe_that_completes_ends_a_degraded_spell() -> None:
     acts = d.feed(ProbeOk(55.0))
     assert d.lc.phase == Phase.SERVING and "health.recovered" in events(acts)
     assert statuses(acts)[-1] == "serving profile=primary tok/s=55.0"
+
+
+# ------------------------------------------------------------------ restart accounting
+
+def restarts(actions: list[Action]) -> list[str | None]:
+    return [a.restart for a in of(actions, Launch)]
+
+
+def test_every_relaunch_names_its_restart_reason() -> None:
+    d = Driver(health_failures=1)
+    assert d.start().restart is None  # the first start is no restart
+    # A failed start falls back: the failure class is the reason.
+    d.feed(fail(FailureClass.CAPTURE_OOM))
+    acts = d.exit_engine(-9)
+    assert restarts(acts) == ["capture_oom"]
+    d.relaunched(acts)
+    # A crash after READY retries the same profile: counted too (no MarkBad there).
+    d.to_ready()
+    d.feed(EngineCrashed(50, None, "Subprocess scheduler_0 crashed"))
+    acts = d.exit_engine(-9)
+    assert restarts(acts) == ["child_crashed"] and not of(acts, MarkBad)
+    d.relaunched(acts)
+    # A wedge (health checks) and a hang (stall) are the supervisor's own verdicts.
+    d.to_ready()
+    d.feed(HealthFailed("no answer"))
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert restarts(acts) == ["wedged"]
+    d.relaunched(acts)
+    d.feed(TimerFired(STALL_TIMER))
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert restarts(acts) == ["hang"]
+
+
+@pytest.mark.parametrize("decision", [
+    RegressionDecision("restart_same", "slower"),
+    RegressionDecision("next_profile", "still slower"),
+    RegressionDecision("switch", "cool-down over", profile="primary"),
+])
+def test_throughput_restarts_count_as_regression(decision) -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    d.feed(decision)
+    assert restarts(d.exit_engine(-9, we_stopped=True)) == ["regression"]
+
+
+def test_reload_restart_counts_as_reload_and_an_exhausted_ladder_counts_nothing() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    d.feed(ReloadRequested(changed=True))
+    assert restarts(d.exit_engine(-9, we_stopped=True)) == ["reload"]
+
+    d = Driver(profiles=("primary",))
+    d.start()
+    acts = d.exit_engine(-9)
+    assert of(acts, MarkBad) and not of(acts, Launch)  # marked bad, but nothing restarts

@@ -1,0 +1,76 @@
+"""The supervisor's bridge from lifecycle actions to metrics, monitors and state, without an engine.
+
+A Supervisor is built over demo.yaml rendered for 0.5.23 with its own state directory; launches
+are recorded instead of spawned, so each test drives the real lifecycle with hand-fed inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from sglang_supervisor.config import default_demo_config_path, parse_config
+from sglang_supervisor.policy import EngineExited, Launch, Launched, Start
+from sglang_supervisor.supervisor import Options, Supervisor, prepare
+
+VERSION = "0.5.23"
+
+
+def demo_data(tmp_path: Path) -> dict[str, Any]:
+    data = copy.deepcopy(yaml.safe_load(default_demo_config_path().read_text()))
+    data["state_dir"] = str(tmp_path / "state")
+    data["runtime_dir"] = str(tmp_path / "run")
+    data["engine"]["log_file"] = str(tmp_path / "engine.log")
+    data["metrics"] = {"enabled": False}
+    return data
+
+
+def make_supervisor(tmp_path: Path, data: dict[str, Any] | None = None) -> Supervisor:
+    config = parse_config(yaml.safe_dump(data or demo_data(tmp_path)))
+    return Supervisor(prepare(config, VERSION), Options(environ={}))
+
+
+def restart_counts(sup: Supervisor) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(sup.metrics.exposition().decode()):
+        for s in fam.samples:
+            if s.name == "sglang_supervisor_restarts_total" and s.value:
+                out[s.labels["reason"]] = s.value
+    return out
+
+
+def record_launches(sup: Supervisor) -> list[Launch]:
+    launches: list[Launch] = []
+
+    async def launch(a: Launch) -> None:
+        launches.append(a)
+
+    sup._launch = launch  # type: ignore[method-assign]
+    return launches
+
+
+def test_restarts_are_counted_per_relaunch_not_per_failure(tmp_path: Path) -> None:
+    sup = make_supervisor(tmp_path)
+    launches = record_launches(sup)
+    profiles = len(sup.config.profile_names)
+
+    async def drive() -> None:
+        sup._loop = asyncio.get_running_loop()  # what run() sets up: timers live on it
+        sup.feed(Start())
+        for _ in range(profiles):
+            await asyncio.sleep(0)
+            attempt = sup.lifecycle.attempt
+            sup.feed(Launched(attempt, 1000 + attempt, frozenset()))
+            sup.feed(EngineExited(attempt, -9, we_stopped=False))
+        await asyncio.sleep(0)
+
+    asyncio.run(drive())
+    # Every profile failed: one start, then one restart per fallback; the last failure ends the
+    # run (exit 69) without a restart, although it marks its profile bad like the others.
+    assert len(launches) == profiles
+    assert restart_counts(sup) == {"other": profiles - 1}

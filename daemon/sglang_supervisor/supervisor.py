@@ -34,7 +34,7 @@ from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.logsetup import log_engine_line, set_redactions
 from sglang_supervisor.logwatch import LineSplitter, LogParser
 from sglang_supervisor.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
-from sglang_supervisor.monitor import ThroughputMonitor
+from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL, ThroughputMonitor
 from sglang_supervisor.notify import Notifier
 from sglang_supervisor.policy import (
     UP_PHASES,
@@ -139,6 +139,16 @@ def tp_size(argv: Sequence[str]) -> int:
         return max(1, int(raw)) if raw else 1
     except ValueError:
         return 1
+
+
+def decode_log_interval(argv: Sequence[str]) -> int:
+    """Decode steps between the engine's `Decode batch` lines: the monitor sizes its decode-mode
+    evidence probe by it."""
+    raw = flag_value(argv, ("--decode-log-interval",))
+    try:
+        return max(1, int(raw)) if raw else DEFAULT_DECODE_LOG_INTERVAL
+    except ValueError:
+        return DEFAULT_DECODE_LOG_INTERVAL
 
 
 def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:
@@ -698,6 +708,7 @@ class Supervisor:
 
     def _new_monitor(self, profile: str) -> ThroughputMonitor:
         p = self.config.probe
+        argv = self._render(profile).argv
         key = state.baseline_key(f"{self.fp}/{profile}", p.input_tokens, p.max_new_tokens)
         eng = self._engine
         pids = {eng.proc.pid} if eng else set()
@@ -723,7 +734,7 @@ class Supervisor:
             remediation=self._remediation, api_key=self.prep.api_key,
             our_pids=lambda: gpu.descendant_pids(next(iter(pids))) if pids else set(),
             gpu_indices=self._gpu_set(),
-            gpus_per_engine=tp_size(self._render(profile).argv),
+            gpus_per_engine=tp_size(argv), decode_log_interval=decode_log_interval(argv),
             on_probe=on_probe, on_passive_tps=on_passive_tps)
 
     async def _ready_probe(self, attempt: int) -> None:

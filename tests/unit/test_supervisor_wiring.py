@@ -15,8 +15,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.config import default_demo_config_path, parse_config
+from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.policy import EngineExited, Launch, Launched, Start
-from sglang_supervisor.supervisor import Options, Supervisor, prepare
+from sglang_supervisor.supervisor import Options, Supervisor, decode_log_interval, prepare
 
 VERSION = "0.5.23"
 
@@ -74,3 +75,13 @@ def test_restarts_are_counted_per_relaunch_not_per_failure(tmp_path: Path) -> No
     # run (exit 69) without a restart, although it marks its profile bad like the others.
     assert len(launches) == profiles
     assert restart_counts(sup) == {"other": profiles - 1}
+
+
+def test_monitor_uses_the_profiles_decode_log_interval(tmp_path: Path) -> None:
+    data = demo_data(tmp_path)
+    data["profiles"][1]["args"]["decode-log-interval"] = 7
+    sup = make_supervisor(tmp_path, data)
+    assert sup._new_monitor("no-prefill-graph")._decode_log_interval == 7
+    assert sup._new_monitor("tuned")._decode_log_interval == DEFAULT_DECODE_LOG_INTERVAL
+    assert decode_log_interval(["--decode-log-interval=3"]) == 3
+    assert decode_log_interval(["--decode-log-interval", "x"]) == DEFAULT_DECODE_LOG_INTERVAL

@@ -854,6 +854,11 @@ class Supervisor:
                    or old.secret_config != new.secret_config)
         self.prep = prepared
         self.config = config
+        # Baselines, last good and known bad belong to the commands that earned them: the new
+        # ladder has its own (NVML is read off the loop).
+        old_fp, self.fp = self.fp, await asyncio.to_thread(self._fingerprint)
+        if self.fp != old_fp:
+            log.info("supervisor.fingerprint_changed", old=old_fp, new=self.fp)
         if prepared.api_key:
             set_redactions([prepared.api_key])
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))

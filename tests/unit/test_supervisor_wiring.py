@@ -85,3 +85,29 @@ def test_monitor_uses_the_profiles_decode_log_interval(tmp_path: Path) -> None:
     assert sup._new_monitor("tuned")._decode_log_interval == DEFAULT_DECODE_LOG_INTERVAL
     assert decode_log_interval(["--decode-log-interval=3"]) == 3
     assert decode_log_interval(["--decode-log-interval", "x"]) == DEFAULT_DECODE_LOG_INTERVAL
+
+
+def test_a_reload_that_changes_the_commands_changes_the_fingerprint(tmp_path: Path) -> None:
+    data = demo_data(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    config = parse_config(path.read_text())
+    sup = Supervisor(prepare(config, VERSION), Options(config_path=str(path), environ={}))
+    launches = record_launches(sup)
+    old_fp = sup.fp
+    # The last good profile of the old commands must not pick the start under the new ones.
+    sup.store.mark_good(old_fp, "low-mem", 1.0)
+    data["profiles"][0]["args"]["mem-fraction-static"] = 0.85
+    path.write_text(yaml.safe_dump(data))
+
+    async def reload() -> None:
+        sup._loop = asyncio.get_running_loop()
+        await sup._reload()
+        await asyncio.sleep(0)
+
+    asyncio.run(reload())
+    assert sup.fp != old_fp and sup.status()["fingerprint"] == sup.fp
+    assert sup.fp == Supervisor(prepare(parse_config(path.read_text()), VERSION),
+                                Options(environ={})).fp
+    assert sup.lifecycle.settings.last_good is None
+    assert [a.profile for a in launches] == ["tuned"]

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 
 from sglang_supervisor.config import VERSION, Config, ConfigError, ConfigProblem
+from sglang_supervisor.process import engine_env
 
 SIMULATOR_MODULE = "sglang_supervisor.simulator"
 SIMULATOR_VERSION_ENV = "SGLANG_SIM_VERSION"
@@ -50,8 +51,11 @@ def _problem(problem: str, fix: str) -> ConfigError:
     return ConfigError([ConfigProblem("engine.version", problem, fix)], "engine version")
 
 
-def detect_engine_version(config: Config, timeout_s: float = 30, *, python: str = sys.executable) -> str:
-    """engine.version, or (auto) the sglang version installed beside the engine's interpreter."""
+def detect_engine_version(config: Config, timeout_s: float = 30, *, python: str = sys.executable,
+                          environ: Mapping[str, str] | None = None) -> str:
+    """engine.version, or (auto) the sglang version installed beside the engine's interpreter,
+    asked in the environment the engine gets (`environ`, default ours, plus engine.env): where
+    sglang is importable only through engine.env's PYTHONPATH, so is its version."""
     version = config.engine.version
     if version != "auto":
         return version
@@ -63,7 +67,7 @@ def detect_engine_version(config: Config, timeout_s: float = 30, *, python: str 
         proc = subprocess.run(
             [interpreter, "-c", _VERSION_SNIPPET],
             capture_output=True, text=True, timeout=timeout_s, check=False,
-            env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
+            env=engine_env(os.environ if environ is None else environ, config.engine.env),
         )
     except FileNotFoundError:
         raise _problem(f"the engine interpreter {interpreter} does not exist",

@@ -271,3 +271,58 @@ def test_busy_engine_port_tells_a_running_sglang_from_a_stranger(
     else:
         assert [f.severity for f in engine] == ["error"] and "already in use" in engine[0].what
         assert summary["ports"][str(listener.port)] == "busy"
+
+
+def sglang_only_on_a_path(tmp_path: Path, version: str = "0.5.23") -> Path:
+    """A folder holding a stand-in `sglang` (with its version metadata) that no interpreter finds
+    unless PYTHONPATH names it: the host where SGLang is importable only that way."""
+    site = tmp_path / "pp-site"
+    fake_engine_python(site)  # writes site/site/sglang/...
+    dist = site / "site" / f"sglang-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    return site / "site"
+
+
+@pytest.mark.parametrize("where", ["engine.env", "environment"])
+def test_parser_and_version_run_in_the_engines_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    site = sglang_only_on_a_path(tmp_path)
+    engine: dict[str, object] = {"version": "auto", "command": [sys.executable, "-m", "sglang.launch_server"]}
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if where == "engine.env":
+        engine["env"] = {"PYTHONPATH": str(site)}
+    else:
+        environ["PYTHONPATH"] = str(site)
+    config = load_config(seed_config(tmp_path, **engine))
+    report = doctor.Report()
+    doctor.config_report(config, report, environ=environ)
+    assert report.engine["version"] == "0.5.23" and report.engine["version_source"] == "detected"
+    assert report.engine["parser"] == f"sglang 0.5.23 via {sys.executable}"
+    assert "parser.unavailable" not in {f.code for f in report.findings}
+    # the seed's removed flag is now reported by the real parser, per profile
+    assert any(f.code.startswith("parser.") for f in report.findings)
+
+
+def test_the_parser_runs_once_per_distinct_engine_environment(tmp_path: Path) -> None:
+    path = seed_config(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["profiles"][-1].setdefault("env", {})["PYTHONPATH"] = "/opt/other-site"
+    path.write_text(yaml.safe_dump(data))
+    config = load_config(path)
+    last = config.profiles[-1].name
+    calls: list[tuple[list[str], str | None, bool]] = []
+
+    def runner(interpreter: str, argvs: dict[str, list[str]], *, env: dict[str, str]
+               ) -> tuple[dict[str, object], None]:
+        calls.append((sorted(argvs), env.get("PYTHONPATH"), "NOTIFY_SOCKET" in env))
+        return {"ok": True, "version": "0.5.23", "results": {}}, None
+
+    report = doctor.Report()
+    doctor.config_report(config, report, runner=runner,
+                         environ={"NOTIFY_SOCKET": "/run/x", "PYTHONPATH": "/opt/site"})
+    # the last profile's engine gets its own PYTHONPATH, the others the supervisor's; never systemd's
+    others = sorted(p.name for p in config.profiles[:-1])
+    assert sorted(calls) == sorted([([last], "/opt/other-site", False), (others, "/opt/site", False)])
+    assert report.engine["parser"].startswith("sglang 0.5.23")

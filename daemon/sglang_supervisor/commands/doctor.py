@@ -31,6 +31,7 @@ from sglang_supervisor.config import Config, ConfigError, effective_overlay, loa
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
 from sglang_supervisor.engineinfo import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.modelinfo import ModelInfo, ModelInfoError, read_model_dir
+from sglang_supervisor.process import engine_env
 
 ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "sglang_argcheck.py"
 ARGCHECK_TIMEOUT_S = 120.0
@@ -71,10 +72,14 @@ def run_argcheck(
     *,
     list_options: bool = False,
     timeout_s: float = ARGCHECK_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Run `sglang_argcheck.py` with `interpreter`: (its JSON answer, None) or (None, why not)."""
+    """Run `sglang_argcheck.py` with `interpreter`: (its JSON answer, None) or (None, why not).
+
+    `env`: the environment the engine itself gets (default: ours without systemd's variables).
+    PYTHONPATH stays: where sglang is importable only through it, the engine imports it so too."""
     request = json.dumps({"argvs": {k: list(v) for k, v in argvs.items()}, "list_options": list_options})
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "PYTHONPATH")}
+    env = engine_env(os.environ if env is None else env, {})
     try:
         proc = subprocess.run(
             [interpreter, str(ARGCHECK_SCRIPT)],
@@ -308,39 +313,51 @@ def _engine_findings(
     runner: Callable[..., tuple[dict[str, Any] | None, str | None]],
     model: ModelInfo | None,
     host: HostFacts,
+    environ: Mapping[str, str],
 ) -> None:
     base_len = len(profiles.base_command(config, sys.executable))
     views: list[ProfileView] = []
     rendered_json: list[dict[str, object]] = []
     catalog = flag_catalog(version)
+    # Profiles by the environment their engine gets: the parser runs once per distinct one.
+    by_env: dict[tuple[tuple[str, str], ...], list[ProfileView]] = {}
     for p in config.profiles:
         rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED)
         _, written_env = effective_overlay(config, p.name)
         sglang_args = tuple(rc.argv[base_len:])
-        views.append(ProfileView(p.name, sglang_args, written_env, tuple(_written_args(config, p.name))))
+        view = ProfileView(p.name, sglang_args, written_env, tuple(_written_args(config, p.name)))
+        views.append(view)
+        by_env.setdefault(tuple(sorted(rc.env.items())), []).append(view)
         rendered_json.append(rc.to_json())
         report.findings += audit.migration_findings(p.name, version, rc.migrations)
         report.findings += audit.catalog_findings(p.name, version, rc.problems)
     parser_state = "not run"
     if real_parser:
-        answer, why_not = runner(interpreter, {v.name: list(v.args) for v in views})
-        if answer is None:
-            parser_state = f"unavailable: {why_not}"
-            report.findings.append(
-                Finding(
-                    "warning",
-                    "engine",
-                    "the real SGLang argument parser could not be run",
-                    f"{why_not}; flags were checked against the supervisor's catalogue only",
-                    f"install sglang into {interpreter}'s venv, or point engine.interpreter at it",
-                    "parser.unavailable",
+        ran: list[str] = []
+        for overlay, group in by_env.items():
+            env = engine_env(environ, dict(overlay))
+            answer, why_not = runner(interpreter, {v.name: list(v.args) for v in group}, env=env)
+            if answer is None:
+                parser_state = f"unavailable: {why_not}"
+                names = ", ".join(v.name for v in group)
+                report.findings.append(
+                    Finding(
+                        "warning",
+                        "engine",
+                        "the real SGLang argument parser could not be run"
+                        + (f" for {names}" if len(by_env) > 1 else ""),
+                        f"{why_not}; flags were checked against the supervisor's catalogue only",
+                        f"install sglang into {interpreter}'s venv, or point engine.interpreter at it",
+                        "parser.unavailable",
+                    )
                 )
-            )
-        else:
-            parser_state = f"sglang {answer.get('version')} via {interpreter}"
+                continue
+            ran.append(str(answer.get("version")))
             results = answer.get("results") or {}
-            for v in views:
+            for v in group:
                 report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
+        if ran and not parser_state.startswith("unavailable"):
+            parser_state = f"sglang {ran[0]} via {interpreter}"
     tp = max((audit.parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
     for v in views:
         report.findings += audit.audit_profile(
@@ -367,11 +384,14 @@ def config_report(
     *,
     real_parser: bool = True,
     runner: Callable[..., tuple[dict[str, Any] | None, str | None]] = run_argcheck,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
+    """`environ`: the supervisor's environment (default ours), which the engine inherits."""
+    environ = dict(os.environ) if environ is None else environ
     interpreter = engine_interpreter(config)
     version_source = "config" if config.engine.version != "auto" else "detected"
     try:
-        version = detect_engine_version(config, VERSION_TIMEOUT_S)
+        version = detect_engine_version(config, VERSION_TIMEOUT_S, environ=environ)
     except ConfigError as e:
         version = known_versions()[-1]
         version_source = "assumed"
@@ -400,7 +420,7 @@ def config_report(
     overlay_tp = max(
         int(str(effective_overlay(config, p.name)[0].get("tp-size") or 1)) for p in config.profiles
     )
-    env = {**os.environ, **config.engine.env}
+    env = {**environ, **config.engine.env}
     host, host_summary = gather_host(config, _encoder_ports(config, version), overlay_tp, env)
     report.host.update(host_summary)
     mem = config.engine.args.get("mem-fraction-static")
@@ -415,6 +435,7 @@ def config_report(
         runner=runner,
         model=host.model,
         host=host,
+        environ=environ,
     )
 
 

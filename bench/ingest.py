@@ -173,7 +173,10 @@ def run(quick: bool) -> Section:
         "blocks the reader; the engine log file keeps every byte)",
     ))
     sec.rows.append(Row("ratio to `cat`", f"p50 {ratio.p(50):.3f}, min {ratio.min:.3f}", "≥ 0.25",
-                        ratio.p(50) >= 0.25))
+                        ratio.p(50) >= 0.25,
+                        "`cat` copies bytes without looking at lines; the supervisor splits, parses "
+                        "(CPython regexes per line) and forwards each line. What matters for the engine "
+                        "is the flood rows below: at realistic rates it is never slowed."))
     sec.rows.append(Row("forwarder alone (log_engine_line → journald format)",
                         fmt_dist(fwd_rate, "k lines/s", 1e-3, 0)))
     for rate, base, sup in floods:

@@ -168,11 +168,11 @@ def busy_load(url: str, stop: threading.Event) -> None:
             "stream": True}
     with httpx.Client(timeout=60) as client:
         while not stop.is_set():
+            # A request in flight runs to its end: SIGTERM must drain it, not see it aborted.
             with contextlib.suppress(httpx.HTTPError), client.stream(
                     "POST", url + "/generate", json=body) as r:
                 for _ in r.iter_bytes():
-                    if stop.is_set():
-                        break
+                    pass
 
 
 def ready_and_stop(n: int, busy: int) -> tuple[dict[str, list[float]], list[float], list[float]]:
@@ -207,8 +207,8 @@ def ready_and_stop(n: int, busy: int) -> tuple[dict[str, list[float]], list[floa
                     for t in loaders:
                         t.start()
                     time.sleep(1.0)  # requests in flight
+                    stop.set()  # clients send nothing new; the 4 in flight must be drained
                     busy_stop.append(stop_and_time(d))
-                    stop.set()
             finally:
                 d.close()
     return ready, idle_stop, busy_stop
@@ -219,7 +219,9 @@ def respawns(n: int) -> list[float]:
     out: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-crash-") as tmp:
         work = Path(tmp)
-        d = BenchDaemon(work, bench_config(work, engine_faults="crash@1"))
+        # 20 simulated s = 0.4 s after the engine's ready line: after READY=1 (which waits for the
+        # first probe), so each crash is a crash after ready and the same profile is restarted.
+        d = BenchDaemon(work, bench_config(work, engine_faults="crash@20"))
         try:
             d.wait(lambda: len(d.named("engine.spawned")) >= n + 1, timeout=60 + 20 * n)
             exits = [int(s[1]) / 1e9 for s in d.stamps() if s[0] == "exit"]
@@ -272,21 +274,25 @@ def run(key: str, quick: bool, starts: int) -> Section:
         r = Dist.of(ready["total"])
         sec.raw = {"ready_s": ready, "idle_stop_s": idle_stop, "busy_stop_s": busy_stop}
         sec.rows.append(Row("ready line → READY=1", fmt_dist(r, "ms", 1e3), "p99 ≤ 50 ms", r.p(99) <= 0.050,
-                            "includes the first probe, which READY waits for by design"))
+                            "READY waits for the first probe by design: monitor.first_probe runs a warm-up "
+                            "generation, then the measured probe with a load sample taken mid-probe (a 50 ms "
+                            "sleep) and a /metrics scrape; see the split below"))
         for key_, label in (("parse", "… ready line → `engine.ready` (pipe, parser, event loop)"),
                             ("probe", "… `engine.ready` → `supervisor.ready` (first probe, state write)"),
                             ("notify", "… `supervisor.ready` → READY=1 received")):
             sec.rows.append(Row(label, fmt_dist(Dist.of(ready[key_]), "ms", 1e3)))
         sec.rows.append(Row("stop, idle engine", fmt_dist(Dist.of(idle_stop), "ms", 1e3)))
         sec.rows.append(Row("stop, busy engine", fmt_dist(Dist.of(busy_stop), "ms", 1e3),
-                            note="SGLang finishes in-flight requests first (bounded by timeouts.drain_s)"))
+                            note="SGLang finishes the in-flight requests (512 new tokens each) before it "
+                                 "exits; bounded by timeouts.drain_s (10 s here), then SIGKILL"))
         return sec
     if key == "respawn":
         sec = Section("respawn", "Crash → respawn",
-                      "One supervisor; the engine (every profile) is SIGKILLed 1 simulated s after each "
-                      "ready (`crash@1`). Measured: the wrapper's stamp when the engine process ended → "
-                      "the supervisor's `engine.spawned` log event (both wall clock, µs). The configured "
-                      "`restart.backoff_s` is 0 and NVML is absent, so the GPU-release wait is excluded.")
+                      "One supervisor; the engine (every profile) is SIGKILLed 20 simulated s (0.4 s) after "
+                      "each ready (`crash@20`). Measured: the wrapper's stamp when the engine process "
+                      "ended → the supervisor's `engine.spawned` log event (both wall clock, µs). The "
+                      "configured `restart.backoff_s` is 0 and NVML is absent, so the GPU-release wait "
+                      "is excluded.")
         samples = respawns(starts)
         d = Dist.of(samples)
         sec.raw = {"respawn_s": samples}

@@ -118,7 +118,10 @@ def run(quick: bool) -> Section:
     e = Dist.of(errors)
     sec.raw = {"errors": errors, "errors_vs_delivered": vs_delivered, "tokens_per_probe": tokens}
     sec.rows.append(Row("probe error, every rate (abs(probe − true) / true)", fmt_dist(e, "%", 100, 2),
-                        "≤ 2 %", e.p(99) <= 0.02))
+                        "≤ 2 %", e.p(99) <= 0.02,
+                        "" if e.p(99) <= 0.02 else
+                        "compare the next row: the simulator delivers less than its own model (each "
+                        "decode step's asyncio sleep overshoots), and the probe reads what is delivered"))
     ed = Dist.of(vs_delivered)
     sec.rows.append(Row("probe error against the rate the simulator really delivered",
                         fmt_dist(ed, "%", 100, 2),

@@ -57,9 +57,14 @@ def run(quick: bool, seconds: float) -> Section:
     for label, cpu, rss, counts in (("1000 lines/s + probe every 10 s", busy_cpu, busy_rss, busy_counts),
                                     ("at rest", rest_cpu, rest_rss, rest_counts)):
         r = Dist.of([b / 2**20 for b in rss])
+        why = ("" if cpu <= 1.0 else
+               " Where it goes: the pump wakes its reader thread and the event loop for every read of "
+               "the pipe (a chatty engine flushes many small writes) and hands every forwarded line "
+               "to a second thread; CPython thread wake-ups, not parsing, dominate. Coalescing reads "
+               "for ~20 ms in enginelog halved the pump's share in an experiment.")
         sec.rows.append(Row(f"CPU, {label}", f"{cpu:.2f} % of one core", "≤ 1 %", cpu <= 1.0,
                             f"{counts['probes']} probes ok, {counts['probe_failures']} failed, "
-                            f"{counts['forwarded_lines']} engine lines forwarded"))
+                            f"{counts['forwarded_lines']} engine lines forwarded.{why}"))
         sec.rows.append(Row(f"RSS, {label}", f"max {r.max:.1f} MiB (p50 {r.p(50):.1f}, n={r.n})", "≤ 60 MB",
                             r.max * 2**20 <= 60e6))
     _ = quick

@@ -245,9 +245,18 @@ class ThroughputMonitor:
                 if self._on_passive_tps is not None:
                     self._on_passive_tps(rate)
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
     async def _probe(self) -> ProbeResult:
         result = await probe_once(self._http(), self.base_url, self.shape, self._api_key,
                                   self.settings.timeout_s)
+        if self.stopped:
+            # Stopped while the probe ran: the supervisor is stopping the engine on purpose, so a
+            # broken connection is our doing, not a failure (nor a sample, nor a metric).
+            log.debug("probe_after_stop", ok=result.ok, error=result.error)
+            return result
         self.last_probe = result
         if self.metrics is not None:
             self.metrics.observe_probe(result)
@@ -265,7 +274,7 @@ class ThroughputMonitor:
 
     async def _periodic_probe(self) -> ProbeResult:
         result = await self._probe()
-        if self._on_probe is not None:
+        if self._on_probe is not None and not self.stopped:
             self._on_probe(result)
         return result
 
@@ -363,18 +372,20 @@ class ThroughputMonitor:
             m = await self._scrape()
             self._eager_passes = m.decode_eager_passes if m is not None else None
         result = await self._periodic_probe()
-        if not result.ok:
+        if not result.ok or self.stopped:
             return None
         ev = self._evaluate(False, Observations())
         if isinstance(ev.decision, Reprobe):
             log.info("probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
             confirm_started = time.monotonic()
             result, obs = await self._observe_during(self._periodic_probe())
-            if not result.ok:
+            if not result.ok or self.stopped:
                 return None
             ev = self._evaluate(True, obs)
             if isinstance(ev.decision, _ACTING) and self._decode_mode_unknown(obs, confirm_started):
                 obs = await self._decode_evidence(obs, confirm_started)
+                if self.stopped:
+                    return None
                 ev = self._evaluate(True, obs)
         self.last_evaluation = ev
         self.remediation = ev.state

@@ -277,6 +277,7 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._health_task: asyncio.Task[None] | None = None
         self._monitor: ThroughputMonitor | None = None
+        self._ready_monitor: ThroughputMonitor | None = None  # the READY gate's, while it probes
         self._monitor_task: asyncio.Task[None] | None = None
         self._remediation: Any = None
         self._capture_seconds: dict[str, float] = {}
@@ -663,6 +664,7 @@ class Supervisor:
                 self._loop.call_soon(self.feed, EngineExited(attempt, None, True, True))
             return
         eng.proc.we_stopped = True
+        self._quiet_probes()
         if eng.stopping is not None and not eng.stopping.done():
             return
         t = self.config.timeouts
@@ -679,6 +681,16 @@ class Supervisor:
 
         eng.stopping = asyncio.ensure_future(stop())
         self._supervise(eng.stopping)
+
+    def _quiet_probes(self) -> None:
+        """Our stop is about to break the engine's connections: probes and health checks still in
+        flight must not report that as the engine failing (a probe_failed ReadError warning)."""
+        if self._health_task is not None:
+            self._health_task.cancel()  # its next result would be fed to a stopping lifecycle
+            self._health_task = None
+        for monitor in (self._monitor, self._ready_monitor):
+            if monitor is not None:
+                monitor.stop()  # its loop ends after the probe in flight, whose result it drops
 
     # -- engine output ----------------------------------------------------------------------
 
@@ -740,7 +752,15 @@ class Supervisor:
     async def _ready_probe(self, attempt: int) -> None:
         """The probe that gates READY, retried until `ready_probe_s` (the port may need a moment)."""
         profile = self.lifecycle.profile or ""
-        monitor = self._new_monitor(profile)
+        monitor = self._ready_monitor = self._new_monitor(profile)
+        try:
+            await self._ready_probe_rounds(attempt, profile, monitor)
+        finally:
+            if self._ready_monitor is monitor:
+                self._ready_monitor = None
+
+    async def _ready_probe_rounds(self, attempt: int, profile: str,
+                                  monitor: ThroughputMonitor) -> None:
         deadline = time.monotonic() + self.config.timeouts.ready_probe_s
         last_error = "no probe ran"
         hung = False
@@ -755,6 +775,9 @@ class Supervisor:
             except asyncio.TimeoutError:
                 last_error, hung = "no answer within timeouts.ready_probe_s", True
                 break
+            if monitor.stopped:
+                await monitor.aclose()  # the engine is being stopped: its answer means nothing
+                return
             if result.ok:
                 if self.lifecycle.attempt == attempt:
                     self._monitor = monitor

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from sglang_supervisor import monitor as monitor_mod
 from sglang_supervisor.events import DecodeStats
@@ -281,3 +282,23 @@ def test_graph_decode_in_the_log_confirms_an_unexplained_regression(monkeypatch:
     ticks(mon, 3)
     assert len(engine.evidence_shapes) == 1
     assert [type(d) for d, _ in decisions] == [RestartSame]
+
+
+def test_a_probe_broken_by_our_own_stop_is_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor stops the monitor, then the engine: the probe in flight loses its connection
+    (httpx ReadError). That is our doing: no warning, no failure count, no metric, no callback."""
+    probes: list[ProbeResult] = []
+    mon, decisions, metrics = make(monkeypatch, Engine([]), on_probe=probes.append)
+
+    async def broken_by_stop(client: Any, base_url: str, shape: Any, api_key: Any,
+                             timeout: float) -> ProbeResult:
+        mon.stop()  # what the supervisor does before it signals the engine
+        return ProbeResult(ok=False, error="ReadError: ")
+
+    monkeypatch.setattr(monitor_mod, "probe_once", broken_by_stop)
+    with capture_logs() as logs:
+        assert ticks(mon, 1) == [None]
+        asyncio.run(mon.first_probe())  # the READY gate's probe alike
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")]
+    assert probes == [] and decisions == [] and mon.consecutive_failures == 0
+    assert metrics.probe_runs.labels("failed")._value.get() == 0

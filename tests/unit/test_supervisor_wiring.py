@@ -17,7 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_supervisor.config import default_demo_config_path, parse_config
 from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.policy import EngineExited, Launch, Launched, Start
-from sglang_supervisor.supervisor import Options, Supervisor, decode_log_interval, prepare
+from sglang_supervisor.process import StopResult
+from sglang_supervisor.supervisor import (
+    Options,
+    Supervisor,
+    _Engine,
+    decode_log_interval,
+    prepare,
+)
 
 VERSION = "0.5.23"
 
@@ -111,3 +118,38 @@ def test_a_reload_that_changes_the_commands_changes_the_fingerprint(tmp_path: Pa
                                 Options(environ={})).fp
     assert sup.lifecycle.settings.last_good is None
     assert [a.profile for a in launches] == ["tuned"]
+
+
+class FakeProc:
+    """The part of EngineProcess that a stop uses; it exits at once."""
+
+    pid = 4242
+    returncode = None
+    we_stopped = False
+
+    def group_members(self) -> list[Any]:
+        return []
+
+    async def stop(self, drain_s: float, kill_s: float) -> StopResult:
+        return StopResult(returncode=0, terminated=True, drained=True, killed=False, seconds=0.0)
+
+
+def test_stopping_the_engine_first_quiets_its_probes_and_health_checks(tmp_path: Path) -> None:
+    sup = make_supervisor(tmp_path)
+
+    async def scenario() -> None:
+        sup._loop = asyncio.get_running_loop()
+        sup._monitor = sup._new_monitor("tuned")
+        sup._ready_monitor = sup._new_monitor("tuned")
+        sup._health_task = health = asyncio.ensure_future(asyncio.sleep(3600))
+        eng = _Engine(1, "tuned", FakeProc(), pump=None, eof=asyncio.Event(),  # type: ignore[arg-type]
+                      secret_path=None)
+        sup._engine = eng
+        sup._stop_engine("wedged")
+        assert sup._monitor.stopped and sup._ready_monitor.stopped
+        assert eng.proc.we_stopped
+        assert eng.stopping is not None
+        await eng.stopping
+        assert health.cancelled() and sup._health_task is None
+
+    asyncio.run(scenario())

@@ -272,7 +272,9 @@ def test_prometheus_scrapes_the_supervisor_over_the_simulator(daemons, workdir, 
             prom.check_alive()
             try:
                 tps = query(c, "sglang_supervisor_probe_output_tokens_per_second > 0")
-                state = query(c, "sglang_supervisor_state == 1")
+                # The ready probe's tok/s is exported a loop turn before the state turns ready:
+                # a scrape in between holds both, so wait for the state itself.
+                state = query(c, 'sglang_supervisor_state{sglang_supervisor_state="ready"} == 1')
             except (httpx.HTTPError, ValueError):  # not up yet: refused, or 503 while the TSDB opens
                 return None
             return (tps, state) if tps and state else None

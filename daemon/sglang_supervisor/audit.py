@@ -988,7 +988,12 @@ def parser_findings(profile: str, result: Mapping[str, Any] | None, version: str
 class HostFacts:
     nvml: bool
     gpus: tuple[GpuInfo, ...] = ()
-    foreign: tuple[str, ...] = ()  # "GPU0 pid 123 (python) 40.0 GiB" lines
+    foreign: tuple[str, ...] = ()  # "GPU0 pid 123 (python3 train.py) 40.0 GiB" lines
+    # The running engine's own GPU processes (of the server on the engine port): "our engine (pid
+    # 31, sglang::scheduler_TP0) on GPU0, 70.0 GiB" lines, and the bytes it holds per GPU index
+    # (memory a restart of the engine gets back).
+    engine_gpu: tuple[str, ...] = ()
+    engine_gpu_bytes: Mapping[int, int] = field(default_factory=dict)
     tp_link: P2PLink | None = None
     shm_bytes: int | None = None
     memlock_soft: int | None = None  # -1: unlimited
@@ -1052,6 +1057,18 @@ def host_findings(h: HostFacts, tp_size: int, mem_fraction: float | None = None)
                     "host.gpu_count",
                 )
             )
+        for line in h.engine_gpu:
+            out.append(
+                Finding(
+                    "info",
+                    "host",
+                    line,
+                    "a process of the SGLang serving the engine port; its memory is counted as free "
+                    "below",
+                    "",
+                    "host.engine_gpu",
+                )
+            )
         for line in h.foreign:
             out.append(
                 Finding(
@@ -1067,7 +1084,8 @@ def host_findings(h: HostFacts, tp_size: int, mem_fraction: float | None = None)
         model = h.model
         if model is not None and model.weights_gb_estimate and h.gpus[:tp_size]:
             per_gpu = model.weights_gb_estimate * 1e9 / tp_size
-            frees = [(g.memory_total_bytes or 0) - (g.memory_used_bytes or 0) for g in h.gpus[:tp_size]]
+            frees = [(g.memory_total_bytes or 0) - (g.memory_used_bytes or 0)
+                     + h.engine_gpu_bytes.get(g.index, 0) for g in h.gpus[:tp_size]]
             budget = min(frees) * (mem_fraction or 0.9)
             if per_gpu > budget:
                 out.append(

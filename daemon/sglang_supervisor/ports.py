@@ -85,14 +85,57 @@ def cmdline(pid: int, proc: Path = PROC) -> list[str]:
     return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
 
 
-def _ppid(pid: int, proc: Path) -> int | None:
+def _stat_ids(pid: int, proc: Path) -> tuple[int, int] | None:
+    """(ppid, process group) of pid, or None when it is gone or unreadable."""
     try:
         stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
+    # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so split after the
+    # last ')'.
     fields = stat.rpartition(")")[2].split()
-    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    if len(fields) < 3 or not (fields[1].isdigit() and fields[2].isdigit()):
+        return None
+    return int(fields[1]), int(fields[2])
+
+
+def _ppid(pid: int, proc: Path) -> int | None:
+    ids = _stat_ids(pid, proc)
+    return ids[0] if ids is not None else None
+
+
+def process_title(pid: int, proc: Path = PROC) -> str:
+    """What a process calls itself: SGLang's workers retitle themselves (`sglang::scheduler_TP0`),
+    a plain python shows its first arguments (`python3 -m sglang.launch_server`)."""
+    argv = [a.strip() for a in cmdline(pid, proc) if a.strip()]
+    if not argv:
+        try:
+            return (proc / str(pid) / "comm").read_text().strip() or "?"
+        except OSError:
+            return "?"
+    return " ".join(" ".join([os.path.basename(argv[0]), *argv[1:3]]).split())[:80]
+
+
+def server_processes(port: int, proc: Path = PROC) -> dict[int, str]:
+    """pid -> title of every process of the server listening on `port`: the listeners, the other
+    members of their process groups (an engine the supervisor started has its own session and
+    group; one started from a shell, its job's group) and their descendants (a worker that moved
+    to a group of its own). {} when nobody listens there or /proc does not tell."""
+    listeners = listener_pids(port, proc)
+    if not listeners:
+        return {}
+    table: dict[int, tuple[int, int]] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and (ids := _stat_ids(int(entry.name), proc)) is not None:
+            table[int(entry.name)] = ids
+    groups = {table[p][1] for p in listeners if p in table}
+    members = set(listeners) | {pid for pid, (_, pgrp) in table.items() if pgrp in groups}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, _) in table.items() if ppid in members} - members
+        members |= children
+        grew = bool(children)
+    return {pid: process_title(pid, proc) for pid in sorted(members)}
 
 
 def is_supervisor_run(argv: list[str]) -> bool:

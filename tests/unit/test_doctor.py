@@ -18,6 +18,7 @@ import yaml
 from sglang_supervisor import audit, cli, gpu
 from sglang_supervisor.commands import doctor
 from sglang_supervisor.config import load_config
+from sglang_supervisor.modelinfo import read_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_CONFIG = ROOT / "etc" / "sglang-supervisor" / "qwen.yaml"
@@ -326,3 +327,60 @@ def test_the_parser_runs_once_per_distinct_engine_environment(tmp_path: Path) ->
     others = sorted(p.name for p in config.profiles[:-1])
     assert sorted(calls) == sorted([([last], "/opt/other-site", False), (others, "/opt/site", False)])
     assert report.engine["parser"].startswith("sglang 0.5.23")
+
+
+def _gpu(index: int, procs: tuple[tuple[int, int], ...], used: int) -> gpu.GpuInfo:
+    return gpu.GpuInfo(index, f"GPU-{index}", "NVIDIA H200", "9.0", "580", used, 141 * 2**30, None,
+                       None, None, None, None, None, (),
+                       tuple(gpu.GpuProcess(pid, size) for pid, size in procs))
+
+
+def test_the_running_engines_gpu_processes_are_ours_not_foreign() -> None:
+    gib = 2**30
+    gpus = [_gpu(0, ((31, 120 * gib), (77, 2 * gib)), 122 * gib), _gpu(1, ((32, 120 * gib),), 120 * gib)]
+    ours = {30: "python3 -m sglang.launch_server", 31: "sglang::scheduler_TP0",
+            32: "sglang::scheduler_TP1"}
+    engine, foreign = doctor.gpu_process_lines(gpus, ours, title=lambda pid: "python3 train.py")
+    assert engine == ["our engine (pid 31, sglang::scheduler_TP0) on GPU0, 120.0 GiB",
+                      "our engine (pid 32, sglang::scheduler_TP1) on GPU1, 120.0 GiB"]
+    assert foreign == ["GPU0 pid 77 (python3 train.py) 2.0 GiB"]
+    facts = audit.HostFacts(nvml=True, gpus=tuple(gpus), foreign=tuple(foreign),
+                            engine_gpu=tuple(engine),
+                            engine_gpu_bytes={0: gpu.held_by(gpus[:1], ours), 1: gpu.held_by(gpus[1:], ours)},
+                            model=read_model_dir(MODEL))
+    got = audit.host_findings(facts, 2, 0.88)
+    by_code = {f.code: [x for x in got if x.code == f.code] for f in got}
+    assert [f.severity for f in by_code["host.engine_gpu"]] == ["info", "info"]
+    assert "sglang::scheduler_TP0" in by_code["host.engine_gpu"][0].what
+    assert [f.severity for f in by_code["host.foreign"]] == ["warning"]
+    assert "train.py" in by_code["host.foreign"][0].what
+    # the engine's own memory comes back on a restart: the weights still fit
+    assert "host.memory" not in by_code
+    assert not audit.has_errors(got)
+    # without knowing the engine, the same GPUs are full: an error, and every process foreign
+    _, all_foreign = doctor.gpu_process_lines(gpus, {}, title=lambda pid: "sglang::scheduler_TP0")
+    assert len(all_foreign) == 3
+    full = audit.host_findings(audit.HostFacts(nvml=True, gpus=tuple(gpus), model=read_model_dir(MODEL)),
+                               2, 0.88)
+    assert "host.memory" in {f.code for f in full if f.severity == "error"}
+
+
+def test_gather_host_asks_who_serves_the_engine_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_config(seed_config(tmp_path))
+    gpus = [_gpu(0, ((31, 2**30), (77, 2**30)), 2 * 2**30)]
+    monkeypatch.setattr(gpu, "_default", type("N", (), {
+        "available": lambda self: True, "snapshot": lambda self: gpus,
+        "p2p_link": lambda self, a, b: "nvlink"})())
+    monkeypatch.setattr(doctor, "port_busy", lambda host, port: port == config.engine.port)
+    monkeypatch.setattr(doctor, "port_holder", lambda c, port, key: "SGLang already running (pid 30)")
+    monkeypatch.setattr(doctor.ports, "server_processes",
+                        lambda port: {30: "python3", 31: "sglang::scheduler_TP0"}
+                        if port == config.engine.port else {})
+    monkeypatch.setattr(doctor.ports, "process_title", lambda pid: "python3 train.py")
+    facts, summary = doctor.gather_host(config, {}, 1, {})
+    assert facts.engine_gpu == ("our engine (pid 31, sglang::scheduler_TP0) on GPU0, 1.0 GiB",)
+    assert facts.foreign == ("GPU0 pid 77 (python3 train.py) 1.0 GiB",)
+    assert facts.engine_gpu_bytes == {0: 2**30}
+    assert summary["engine_gpu_processes"] == list(facts.engine_gpu)

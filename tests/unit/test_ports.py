@@ -60,3 +60,40 @@ def test_supervisor_above_walks_the_ancestors(tmp_path: Path) -> None:
     assert ports.supervisor_above(50, tmp_path) is None
     assert ports.supervisor_above(20, tmp_path) is None  # itself does not count
     assert ports.supervisor_above(99, tmp_path) is None  # gone
+
+
+def _fake_listener(proc: Path, pid: int, port: int, inode: str = "4242") -> None:
+    """pid holds a socket listening on 127.0.0.1:port."""
+    net = proc / "net"
+    net.mkdir(exist_ok=True)
+    header = "  sl  local_address rem_address st tx_queue rx_queue tr tm->when retrnsmt uid timeout inode\n"
+    row = (f"   0: 0100007F:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000"
+           f"  1000  0 {inode}\n")
+    (net / "tcp").write_text(header + row)
+    (net / "tcp6").write_text(header)
+    fd = proc / str(pid) / "fd"
+    fd.mkdir()
+    (fd / "7").symlink_to(f"socket:[{inode}]")
+
+
+def _grouped(proc: Path, pid: int, ppid: int, pgrp: int, argv: list[str]) -> None:
+    _fake_process(proc, pid, ppid, argv)
+    (proc / str(pid) / "stat").write_text(f"{pid} (python3) S {ppid} {pgrp} {pgrp} 0 -1\n")
+
+
+def test_server_processes_are_the_listeners_group_and_descendants(tmp_path: Path) -> None:
+    _grouped(tmp_path, 20, 1, 20, ["python3", "-m", "sglang_supervisor", "run"])
+    _grouped(tmp_path, 30, 20, 30, ["/opt/sglang/.venv/bin/python3", "-m", "sglang.launch_server",
+                                    "--model-path", "m"])
+    _grouped(tmp_path, 31, 30, 30, ["sglang::scheduler_TP0   "])  # setproctitle pads
+    _grouped(tmp_path, 32, 30, 32, ["sglang::scheduler_TP1"])  # a group of its own: a descendant
+    _grouped(tmp_path, 33, 32, 32, ["sglang::detokenizer"])
+    _grouped(tmp_path, 40, 1, 40, ["python3", "train.py"])  # someone else's
+    _fake_listener(tmp_path, 30, 30000)
+    assert ports.server_processes(30000, tmp_path) == {
+        30: "python3 -m sglang.launch_server",
+        31: "sglang::scheduler_TP0",
+        32: "sglang::scheduler_TP1",
+        33: "sglang::detokenizer",
+    }
+    assert ports.server_processes(30001, tmp_path) == {}

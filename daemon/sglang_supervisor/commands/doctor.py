@@ -210,6 +210,24 @@ def _visible_gpus(gpus: list[gpu.GpuInfo], env: Mapping[str, str]) -> list[gpu.G
     return out
 
 
+def gpu_process_lines(gpus: Sequence[gpu.GpuInfo], ours: Mapping[int, str],
+                      title: Callable[[int], str] | None = None) -> tuple[list[str], list[str]]:
+    """GPU compute processes, (the running engine's, everybody else's): "our engine (pid 31,
+    sglang::scheduler_TP0) on GPU0, 70.0 GiB" and "GPU0 pid 123 (python3 train.py) 40.0 GiB".
+    `ours`: pid -> title of the engine's processes."""
+    title = title or ports.process_title
+    engine: list[str] = []
+    others: list[str] = []
+    for p in gpu.find_foreign(gpus, set()):
+        size = f" {p.used_bytes / 1024**3:.1f} GiB" if p.used_bytes else ""
+        if p.pid in ours:
+            engine.append(f"our engine (pid {p.pid}, {ours[p.pid]}) on GPU{p.gpu_index}" + (
+                f",{size}" if size else ""))
+        else:
+            others.append(f"GPU{p.gpu_index} pid {p.pid} ({title(p.pid)}){size}")
+    return engine, others
+
+
 def gather_host(
     config: Config, extra_ports: Mapping[int, str], tp_size: int, env: Mapping[str, str]
 ) -> tuple[HostFacts, dict[str, Any]]:
@@ -221,11 +239,6 @@ def gather_host(
         order: list[gpu.P2PLink] = ["none", "unknown", "pcie-p2p", "nvlink"]
         ranks = [order.index(nvml.p2p_link(gpus[0].index, g.index)) for g in gpus[1:tp_size]]
         link = order[min(ranks)]  # the slowest link bounds the allreduce
-    foreign = [
-        f"GPU{p.gpu_index} pid {p.pid} ({p.command or '?'})"
-        + (f" {p.used_bytes / 1024**3:.1f} GiB" if p.used_bytes else "")
-        for p in gpu.find_foreign(gpus, set())
-    ]
     checked = {config.engine.port: "engine HTTP"}
     if config.metrics.enabled:
         checked.setdefault(parse_address(config.metrics.address)[1], "supervisor metrics")  # validated
@@ -234,6 +247,9 @@ def gather_host(
     busy = {p: w for p, w in checked.items() if port_busy(config.engine.host, p)}
     api_key = _api_key_or_none(config) if busy else None
     running = {p: h for p in busy if (h := port_holder(config, p, api_key)) is not None}
+    # A running engine on our port holds its GPUs: its processes are ours, not foreign.
+    ours = ports.server_processes(config.engine.port) if config.engine.port in running else {}
+    engine_gpu, foreign = gpu_process_lines(gpus, ours)
     log_dir = str(Path(config.engine.log_file).parent)
     dirs: dict[str, tuple[str, str]] = {
         config.state_dir: ("state directory", dir_status(config.state_dir)),
@@ -253,6 +269,8 @@ def gather_host(
         nvml=snap is not None,
         gpus=tuple(gpus),
         foreign=tuple(foreign),
+        engine_gpu=tuple(engine_gpu),
+        engine_gpu_bytes={g.index: gpu.held_by([g], ours) for g in gpus},
         tp_link=link,
         shm_bytes=shm_size(),
         memlock_soft=memlock_soft(),
@@ -277,6 +295,7 @@ def gather_host(
             for g in gpus
         ],
         "foreign_processes": foreign,
+        "engine_gpu_processes": engine_gpu,
         "tp_link": link,
         "shm_bytes": facts.shm_bytes,
         "memlock_soft": facts.memlock_soft,

@@ -290,6 +290,7 @@ class NotifyReloading:
 @dataclass(frozen=True)
 class MarkGood:
     profile: str
+    seconds: float | None = None  # from launch to READY
 
 
 @dataclass(frozen=True)
@@ -800,7 +801,7 @@ class Lifecycle:
                 cur.outcome = "ready"
             acts += self._cancel_timers()
             acts += self._set_phase(Phase.READY, now)
-            acts.append(MarkGood(self.profile or ""))
+            acts.append(MarkGood(self.profile or "", cur.seconds(now) if cur else None))
             acts.append(Log("supervisor.ready", "info", {
                 "profile": self.profile, "attempt": self.attempt, "tok_s": _round(inp.tok_s, 1),
                 "ttft_s": _round(inp.ttft_s, 3), "seconds": cur.seconds(now) if cur else None}))

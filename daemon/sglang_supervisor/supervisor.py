@@ -485,6 +485,8 @@ class Supervisor:
         elif isinstance(a, MarkGood):
             self.store.mark_good(self.fp, a.profile, time.time())
             self.metrics.start_attempt(a.profile, "ready")
+            if a.seconds is not None:
+                self.metrics.startup_seconds(a.seconds)
             names = self.config.profile_names
             self.metrics.set_active_profile(a.profile, self.prep.version, self.fp,
                                             names.index(a.profile) if a.profile in names else 0)

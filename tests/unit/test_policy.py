@@ -191,7 +191,8 @@ def test_capture_success_reaches_ready_only_after_probe() -> None:
     acts = d.feed(ServerReady(5, None))
     assert of(acts, RunReadyProbe) == [RunReadyProbe(1)] and not of(acts, NotifyReady)
     acts = d.feed(ProbeOk(42.5, 0.1))
-    assert of(acts, NotifyReady) and of(acts, MarkGood) == [MarkGood("primary")]
+    # launched at t=1, six inputs of 1 s each later the probe passed
+    assert of(acts, NotifyReady) and of(acts, MarkGood) == [MarkGood("primary", d.now - 1.0)]
     assert "supervisor.ready" in events(acts)
     assert d.lc.phase == Phase.SERVING
     assert "tok/s=42.5" in d.lc.status_text()

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.config import default_demo_config_path, parse_config
 from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL
-from sglang_supervisor.policy import EngineExited, Launch, Launched, Start
+from sglang_supervisor.policy import EngineExited, Launch, Launched, MarkGood, Start
 from sglang_supervisor.process import StopResult
 from sglang_supervisor.supervisor import (
     Options,
@@ -153,3 +153,11 @@ def test_stopping_the_engine_first_quiets_its_probes_and_health_checks(tmp_path:
         assert health.cancelled() and sup._health_task is None
 
     asyncio.run(scenario())
+
+
+def test_a_ready_engine_exports_how_long_its_start_took(tmp_path: Path) -> None:
+    sup = make_supervisor(tmp_path)
+    sup._apply(MarkGood("low-mem", 144.8))
+    assert sup.metrics.startup._value.get() == 144.8
+    assert sup.metrics.fallback_level._value.get() == sup.config.profile_names.index("low-mem")
+    assert sup.store.last_good(sup.fp) == "low-mem"

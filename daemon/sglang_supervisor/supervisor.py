@@ -487,14 +487,17 @@ class Supervisor:
             self.metrics.start_attempt(a.profile, "ready")
             if a.seconds is not None:
                 self.metrics.startup_seconds(a.seconds)
-            names = self.config.profile_names
-            self.metrics.set_active_profile(a.profile, self.prep.version, self.fp,
-                                            names.index(a.profile) if a.profile in names else 0)
+            self._publish_active(a.profile)
         elif isinstance(a, MarkBad):
             self.store.mark_bad(self.fp, a.profile, a.failure_class.value, time.time())
             self.metrics.start_attempt(a.profile, a.failure_class.value)
         elif isinstance(a, Exit) and self._done is not None and not self._done.done():
             self._done.set_result(a)
+
+    def _publish_active(self, profile: str) -> None:
+        names = self.config.profile_names
+        self.metrics.set_active_profile(profile, self.prep.version, self.fp,
+                                        names.index(profile) if profile in names else 0)
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -887,6 +890,11 @@ class Supervisor:
         if prepared.api_key:
             set_redactions([prepared.api_key])
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))
+        if not changed and current and self.fp != old_fp and self.lifecycle.phase in UP_PHASES:
+            # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
+            # restart of the supervisor would forget it), and /metrics names the new fingerprint.
+            self.store.mark_good(self.fp, current, time.time())
+            self._publish_active(current)
 
     def _reload_version(self, config: Config) -> str:
         if config.engine.version == self.config.engine.version and config.engine.command == (

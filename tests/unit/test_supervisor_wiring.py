@@ -15,8 +15,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.config import default_demo_config_path, parse_config
+from sglang_supervisor.events import ServerReady
 from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL
-from sglang_supervisor.policy import EngineExited, Launch, Launched, MarkGood, Start
+from sglang_supervisor.policy import EngineExited, Launch, Launched, MarkGood, Phase, ProbeOk, Start
 from sglang_supervisor.process import StopResult
 from sglang_supervisor.supervisor import (
     Options,
@@ -161,3 +162,36 @@ def test_a_ready_engine_exports_how_long_its_start_took(tmp_path: Path) -> None:
     assert sup.metrics.startup._value.get() == 144.8
     assert sup.metrics.fallback_level._value.get() == sup.config.profile_names.index("low-mem")
     assert sup.store.last_good(sup.fp) == "low-mem"
+
+
+def test_a_reload_that_keeps_the_engine_keeps_it_good_under_the_new_fingerprint(tmp_path: Path) -> None:
+    data = demo_data(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
+                     Options(config_path=str(path), environ={}))
+    record_launches(sup)
+
+    async def idle(*_args: Any) -> None:
+        return None
+
+    sup._ready_probe = idle  # type: ignore[method-assign]
+    sup._health_loop = idle  # type: ignore[method-assign]
+    old_fp = sup.fp
+
+    async def serve_then_reload() -> None:
+        sup._loop = asyncio.get_running_loop()
+        sup.feed(Start())
+        sup.feed(Launched(1, 1001, frozenset()))
+        sup.feed(ServerReady(5, None))
+        sup.feed(ProbeOk(50.0))
+        assert sup.lifecycle.phase == Phase.SERVING and sup.store.last_good(old_fp) == "tuned"
+        data["profiles"][-1]["args"]["mem-fraction-static"] = 0.7  # not the running profile
+        path.write_text(yaml.safe_dump(data))
+        await sup._reload()
+
+    asyncio.run(serve_then_reload())
+    assert sup.fp != old_fp and sup.lifecycle.attempt == 1  # the engine was kept
+    assert sup.store.last_good(sup.fp) == "tuned"
+    info = sup.metrics.active_profile._value
+    assert info["config_hash"] == sup.fp and info["profile"] == "tuned"

@@ -3,7 +3,9 @@
 Every byte goes (redacted) into the size-rotated engine log file; the text is split into lines
 (`\\n` and `\\r`, so progress frames count as output), parsed into `EngineEvent`s that are handed
 to the asyncio loop, and forwarded to the supervisor's own log (journald/stdout) through a bounded
-queue that drops, and counts, rather than waits when stdout is slow.
+queue that drops, and counts, rather than waits when stdout is slow. Forwarding works per read, not
+per line: a flood of engine output is one hand-over and one write per 64 KiB, so the supervisor keeps
+up with it instead of dropping most of it.
 
 Nothing here may stop reading the pipe: a full disk, a deleted log file or a stuck journald are
 counted, never raised. A full pipe would freeze SGLang mid-capture.
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from sglang_supervisor.batchqueue import BatchQueue
 from sglang_supervisor.events import (
     CaptureProgress,
     DeprecatedFlag,
@@ -36,7 +38,7 @@ REDACTED = b"***"
 MIN_SECRET_LEN = 4  # same floor as logsetup: shorter strings would shred ordinary text
 RETRY_AFTER_ERROR_S = 5.0  # after a failed write (disk full), try the file again this much later
 PROGRESS_FORWARD_S = 5.0  # forward at most one `\r` progress frame this often (file keeps all)
-FORWARD_QUEUE_LINES = 2000
+FORWARD_QUEUE_LINES = 10_000  # lines waiting for the forwarder (a few 64 KiB reads' worth)
 
 PRIORITY_ERROR = 3
 PRIORITY_WARNING = 4
@@ -55,7 +57,10 @@ class Parser(Protocol):
     def finish(self) -> list[EngineEvent]: ...
 
 
+# A forwarded line: (text, syslog priority, rank or None).
+ForwardLine = tuple[str, int, str | None]
 ForwardFn = Callable[[str, int, str | None], None]
+ForwardBatchFn = Callable[[list[ForwardLine]], None]
 
 
 # ------------------------------------------------------------------------------ redaction
@@ -203,20 +208,31 @@ class PumpStats:
     internal_errors: int = 0
 
 
+_ERROR_EVENTS = (EngineFailed, EngineCrashed, TracebackLine)
+_PRIORITY_BY_TYPE: dict[type[EngineEvent], int] = {}
+
+
+def _event_priority(kind: type[EngineEvent]) -> int:
+    prio = _PRIORITY_BY_TYPE.get(kind)
+    if prio is None:
+        prio = (PRIORITY_ERROR if issubclass(kind, _ERROR_EVENTS)
+                else PRIORITY_WARNING if issubclass(kind, DeprecatedFlag) else PRIORITY_INFO)
+        _PRIORITY_BY_TYPE[kind] = prio
+    return prio
+
+
 def line_priority(events: Sequence[EngineEvent]) -> int:
     """Errors and tracebacks at error priority, deprecation warnings at warning."""
-    if any(isinstance(e, EngineFailed | EngineCrashed | TracebackLine) for e in events):
-        return PRIORITY_ERROR
-    if any(isinstance(e, DeprecatedFlag) for e in events):
-        return PRIORITY_WARNING
-    return PRIORITY_INFO
+    return min((_event_priority(type(e)) for e in events), default=PRIORITY_INFO)
 
 
 class EngineLogPump:
     """Reads `fd` until EOF in its own thread; see the module docstring.
 
     `on_output(events)` runs on `loop` once per read (even with no events: any output resets the
-    stall timer); `on_eof()` runs on `loop` after the last read.
+    stall timer); `on_eof()` runs on `loop` after the last read. Forwarded lines go, in order, to
+    `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)` once per line;
+    both run on the pump's forwarding thread, never on the reader.
     """
 
     def __init__(
@@ -231,10 +247,13 @@ class EngineLogPump:
         on_eof: Callable[[], None],
         secrets: Iterable[str] = (),
         forward: ForwardFn | None = None,
+        forward_batch: ForwardBatchFn | None = None,
         forward_queue: int = FORWARD_QUEUE_LINES,
         clock: Callable[[], float] = time.monotonic,
         name: str = "engine-log",
     ) -> None:
+        if forward is not None and forward_batch is not None:
+            raise ValueError("give the pump forward or forward_batch, not both")
         self._fd = fd
         self._loop = loop
         self._log = log
@@ -243,8 +262,10 @@ class EngineLogPump:
         self._on_output = on_output
         self._on_eof = on_eof
         self._redactor = StreamRedactor(secrets)
-        self._forward = forward
-        self._queue: queue.Queue[tuple[str, int, str | None] | None] = queue.Queue(forward_queue)
+        self._forward_line = forward
+        self._forward_batch = forward_batch
+        self._forwarding = forward is not None or forward_batch is not None
+        self._queue: BatchQueue[ForwardLine] = BatchQueue(forward_queue)
         self._clock = clock
         self._last_progress = -PROGRESS_FORWARD_S
         self.stats = PumpStats()
@@ -253,7 +274,7 @@ class EngineLogPump:
                                            daemon=True)
 
     def start(self) -> None:
-        if self._forward is not None:
+        if self._forwarding:
             self._forwarder.start()
         self._reader.start()
 
@@ -289,8 +310,7 @@ class EngineLogPump:
             self._log.close()
             with contextlib.suppress(OSError):
                 os.close(self._fd)
-            if self._forward is not None:
-                self._enqueue(None)
+            self._queue.close()  # the forwarder writes what is queued, then ends
             self._to_loop(self._on_eof)
 
     def _chunk(self, data: bytes, data_len: int, final: bool) -> None:
@@ -300,12 +320,8 @@ class EngineLogPump:
             lines = self._splitter.feed(data) if data else []
             if final:
                 lines += self._splitter.flush()
-            events: list[EngineEvent] = []
-            for line in lines:
-                self.stats.lines += 1
-                line_events = self._parser.feed_line(line)
-                events += line_events
-                self._maybe_forward(line, line_events)
+            self.stats.lines += len(lines)
+            events = self._parse(lines)
             if final:  # a traceback block still open at EOF is closed (and classified) now
                 events += self._parser.finish()
             self.stats.events += len(events)
@@ -316,38 +332,65 @@ class EngineLogPump:
             if data_len:
                 self._to_loop(self._on_output, [])
 
-    def _maybe_forward(self, line: str, events: list[EngineEvent]) -> None:
-        if self._forward is None or not line.strip():
-            return
-        if events and all(isinstance(e, CaptureProgress) for e in events):
+    def _parse(self, lines: list[str]) -> list[EngineEvent]:
+        """Parse one read's lines; queue those to forward as one batch."""
+        feed_line = self._parser.feed_line
+        events: list[EngineEvent] = []
+        if not self._forwarding:
+            for line in lines:
+                events += feed_line(line)
+            return events
+        batch: list[ForwardLine] = []
+        append = batch.append
+        try:
+            for line in lines:
+                line_events = feed_line(line)
+                if not line_events:
+                    # Most output (access lines, progress text, warnings SGLang lets through) has
+                    # no event: plain info, no rank, no lookups.
+                    if line and not line.isspace():
+                        append((line, PRIORITY_INFO, None))
+                    continue
+                events += line_events
+                item = self._forward_item(line, line_events)
+                if item is not None:
+                    append(item)
+        finally:  # what was parsed before a parser bug is still forwarded, in order
+            if batch:
+                self.stats.forward_dropped += self._queue.put(batch)
+        return events
+
+    def _forward_item(self, line: str, events: list[EngineEvent]) -> ForwardLine | None:
+        if not line or line.isspace():
+            return None
+        if all(isinstance(e, CaptureProgress) for e in events):
             now = self._clock()
             if now - self._last_progress < PROGRESS_FORWARD_S:
-                return
+                return None
             self._last_progress = now
         rank = next((e.rank for e in events if e.rank is not None), None)
-        self._enqueue((line, line_priority(events), rank))
-
-    def _enqueue(self, item: tuple[str, int, str | None] | None) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            if item is None:  # the end marker must arrive: make room for it
-                with contextlib.suppress(queue.Empty):
-                    self._queue.get_nowait()
-                    self.stats.forward_dropped += 1
-                with contextlib.suppress(queue.Full):
-                    self._queue.put_nowait(None)
-            else:
-                self.stats.forward_dropped += 1
+        return line, line_priority(events), rank
 
     def _forward_loop(self) -> None:
-        assert self._forward is not None
         while True:
-            item = self._queue.get()
-            if item is None:
+            items, closed = self._queue.take()
+            if items:
+                self._send(items)
+            if closed:
                 return
+
+    def _send(self, items: list[ForwardLine]) -> None:
+        if self._forward_batch is not None:
             try:
-                self._forward(*item)
+                self._forward_batch(items)
+                self.stats.forwarded += len(items)
+            except Exception:
+                self.stats.internal_errors += 1
+            return
+        assert self._forward_line is not None
+        for item in items:
+            try:
+                self._forward_line(*item)
                 self.stats.forwarded += 1
             except Exception:
                 self.stats.internal_errors += 1

@@ -23,7 +23,6 @@ import io
 import json
 import logging
 import os
-import queue
 import re
 import socket
 import stat
@@ -37,6 +36,8 @@ from typing import IO, Any, Literal
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from sglang_supervisor.batchqueue import BatchQueue
+
 LogFormat = Literal["auto", "journald", "json", "console"]
 ResolvedFormat = Literal["journald", "json", "console"]
 
@@ -46,6 +47,8 @@ JOURNAL_SOCKET = "/run/systemd/journal/socket"
 MAX_ENGINE_LINE_CHARS = 16 * 1024
 _QUEUE_LINES = 10_000
 _COALESCE_S = 0.02
+_COALESCE_BELOW = 64  # fewer lines than this pending: a trickle, worth gathering for _COALESCE_S
+_WRITE_LINES = 1000  # lines per write(): bounds the text built for one syscall
 _REDACTED = "***"
 _JOURNAL_SEND_TIMEOUT_S = 0.5
 _MIN_SECRET_LEN = 4  # shorter "secrets" would shred ordinary text
@@ -98,9 +101,16 @@ def logfmt_value(value: object) -> str:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    text = str(value)
-    if text and text.isprintable() and _NEEDS_QUOTES.search(text) is None:
-        return text
+    text = value if type(value) is str else str(value)
+    if text.isprintable():
+        # The common case (engine lines, ordinary values) without a second pass over the text.
+        if text and _NEEDS_QUOTES.search(text) is None:
+            return text
+        if "\\" in text:
+            text = text.replace("\\", "\\\\")
+        if '"' in text:
+            text = text.replace('"', '\\"')
+        return f'"{text}"'
     if "\\" in text:
         text = text.replace("\\", "\\\\")
     if '"' in text:
@@ -153,8 +163,9 @@ def encode_journal_fields(fields: Mapping[str, str]) -> bytes:
 
 # -- the sink: where rendered lines go --------------------------------------------------------
 
-# A queued item: a plain line, or native journal fields with the line to write if they can't be sent.
-_Item = str | tuple[Mapping[str, str], str]
+# A queued item: a plain line, or a native journal entry (its fields, or the datagram already
+# encoded) with the line to write if it can't be sent.
+_Item = str | tuple[Mapping[str, str] | bytes, str]
 
 class _Sink:
     """Writes lines to a stream (optionally from a background thread) and, when enabled, journal
@@ -187,10 +198,10 @@ class _Sink:
                 self._journal = sock
             except OSError:
                 self._journal = None
-        self._queue: queue.Queue[_Item | None] | None = None
+        self._queue: BatchQueue[_Item] | None = None
         self._thread: threading.Thread | None = None
         if background:
-            self._queue = queue.Queue(maxsize=_QUEUE_LINES)
+            self._queue = BatchQueue(_QUEUE_LINES)
             self._thread = threading.Thread(target=self._drain, name="log-writer", daemon=True)
             self._thread.start()
 
@@ -204,11 +215,12 @@ class _Sink:
                 text = text.replace(secret, _REDACTED)
         return text
 
-    def _send_journal(self, fields: Mapping[str, str]) -> bool:
+    def _send_journal(self, fields: Mapping[str, str] | bytes) -> bool:
         if self._journal is None or self._journal_addr is None:
             return False
+        data = fields if isinstance(fields, bytes) else encode_journal_fields(fields)
         try:
-            self._journal.sendto(encode_journal_fields(fields), self._journal_addr)
+            self._journal.sendto(data, self._journal_addr)
         except OSError:  # timeout (journald stuck), EMSGSIZE (huge line), ENOENT (journald gone)
             return False
         return True
@@ -224,14 +236,16 @@ class _Sink:
             if journal is not None:
                 journal = {k: self.redact(v) for k, v in journal.items()}
         item: _Item = line if journal is None or self._journal is None else (journal, line)
-        if self._queue is None:
+        self.emit_items([item])
+
+    def emit_items(self, items: list[_Item]) -> None:
+        """Write already redacted items, in order, with one hand-over to the writer thread."""
+        q = self._queue
+        if q is None:
             with self._lock:
-                self._write_items([item])
+                self._write_items(items)
             return
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            self.dropped += 1
+        self.dropped += q.put(items)
 
     def _write_items(self, items: list[_Item]) -> None:
         # Consecutive plain lines become one write; a datagram that cannot be sent becomes its
@@ -240,6 +254,9 @@ class _Sink:
         for item in items:
             if isinstance(item, str):
                 lines.append(item)
+                if len(lines) >= _WRITE_LINES:
+                    self._write(lines)
+                    lines = []
                 continue
             fields, fallback = item
             if lines:  # what came before this datagram goes first
@@ -274,33 +291,22 @@ class _Sink:
         q = self._queue  # close() may drop the attribute while a write is still blocked
         assert q is not None
         while True:
-            item = q.get()
-            batch: list[_Item] = []
-            stop = item is None
-            if item is not None:
-                batch.append(item)
-                # Let a burst gather: a chatty engine then costs one wake-up and one write per
-                # interval instead of one per line (the lines are only this much later).
+            items, closed = q.take()
+            if not closed and len(items) < _COALESCE_BELOW:
+                # A trickle: let it gather, so a chatty engine costs one wake-up and one write per
+                # interval instead of one per line (the lines are only this much later). A burst
+                # is written at once: sleeping on it would cap the rate at what one interval holds.
                 time.sleep(_COALESCE_S)
-            # Write what piled up in one syscall: a log burst costs one write, not thousands.
-            while not stop and len(batch) < 1000:
-                try:
-                    more = q.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                else:
-                    batch.append(more)
-            if batch:
-                self._write_items(batch)
-            if stop:
+                more, closed = q.take(timeout=0)
+                items += more
+            if items:
+                self._write_items(items)
+            if closed:
                 return
 
     def close(self, timeout: float = 2.0) -> None:
         if self._queue is not None and self._thread is not None and self._thread.is_alive():
-            with contextlib.suppress(queue.Full):
-                self._queue.put(None, timeout=timeout)
+            self._queue.close()
             self._thread.join(timeout)
         self._queue = None  # anything logged after shutdown is written directly
         if self._journal is not None:
@@ -468,48 +474,98 @@ def set_redactions(secrets: Iterable[str]) -> None:
     )
 
 
+EngineLine = tuple[str, int, str | None]
+
+
 def log_engine_line(text: str, priority: int = 6, rank: str | None = None) -> None:
     """Forward one line of engine output (marked source=engine), at syslog `priority`.
 
-    The fast path for high-volume output: no structlog processor chain. Never raises.
+    No structlog processor chain. Never raises. Many lines: `log_engine_lines`.
+    """
+    log_engine_lines(((text, priority, rank),))
+
+
+def log_engine_lines(lines: Iterable[EngineLine]) -> None:
+    """Forward lines of engine output `(text, priority, rank)`, in order, as `log_engine_line`
+    does each, but formatted in one pass and handed to the writer at once (one lock, one queue
+    put, one write; native journal: one datagram per line, as the protocol wants). Never raises.
     """
     sink = _state.sink
     if sink is None:
         configure_logging()
         sink = _state.sink
         assert sink is not None
-    if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < _state.min_level:
-        return
-    if len(text) > MAX_ENGINE_LINE_CHARS:
-        text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
+    items = _engine_items(lines, sink)
+    if items:
+        sink.emit_items(items)
+
+
+def _engine_items(lines: Iterable[EngineLine], sink: _Sink) -> list[_Item]:
     fmt = _state.fmt
-    if fmt == "journald":
-        rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
-        line = f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}"
-        fields = None
-        if sink.native:
-            fields = {"MESSAGE": text, "PRIORITY": str(priority), "SYSLOG_IDENTIFIER": _state.identifier,
-                      "SOURCE": "engine", "EVENT": "engine_output"}
-            if rank is not None:
-                fields["ENGINE_RANK"] = rank
-        sink.emit(line, fields)
-    elif fmt == "json":
-        record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
-        if rank is not None:
-            record["rank"] = rank
-        level = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
-        record["level"] = level
+    min_level = _state.min_level
+    secrets = sink.redactions
+    native = sink.native and fmt == "journald"
+    # What depends only on (priority, rank) is built once per batch, not once per line.
+    heads: dict[tuple[int, str | None], tuple[str, bytes]] = {}
+    stamp = ""
+    if fmt == "json":
         now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
-        record["timestamp"] = f"{stamp}.{int(now % 1 * 1e6):06d}Z"  # as structlog's TimeStamper
-        sink.emit(json.dumps(record, ensure_ascii=False))
-    else:
-        label = "engine" if rank is None else f"engine {rank}"
-        line = f"[{label}] {_escape_controls(text)}"
-        if _state.colors:
-            color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
-            line = f"{color}{line}\x1b[0m"
-        sink.emit(line)
+        stamp = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now % 1 * 1e6):06d}Z"
+    items: list[_Item] = []
+    append = items.append
+    for raw, priority, raw_rank in lines:
+        if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < min_level:
+            continue
+        text, rank = raw, raw_rank
+        if secrets:
+            text = sink.redact(text)
+            if rank is not None:
+                rank = sink.redact(rank)
+        if len(text) > MAX_ENGINE_LINE_CHARS:
+            text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
+        if fmt == "journald":
+            head = heads.get((priority, rank))
+            if head is None:
+                head = heads[(priority, rank)] = _journald_head(priority, rank, native)
+            line = head[0] + logfmt_value(text)
+            if native:
+                append((_journal_message(text) + head[1], line))
+            else:
+                append(line)
+        elif fmt == "json":
+            record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
+            if rank is not None:
+                record["rank"] = rank
+            record["level"] = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
+            record["timestamp"] = stamp  # as structlog's TimeStamper
+            append(json.dumps(record, ensure_ascii=False))
+        else:
+            label = "engine" if rank is None else f"engine {rank}"
+            line = f"[{label}] {_escape_controls(text)}"
+            if _state.colors:
+                color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
+                line = f"{color}{line}\x1b[0m"
+            append(line)
+    return items
+
+
+def _journald_head(priority: int, rank: str | None, native: bool) -> tuple[str, bytes]:
+    """The stdout line up to the text, and the journal fields after MESSAGE, for one priority/rank."""
+    rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
+    line_head = f"<{priority}>engine_output source=engine{rank_part} text="
+    if not native:
+        return line_head, b""
+    fields = {"PRIORITY": str(priority), "SYSLOG_IDENTIFIER": _state.identifier,
+              "SOURCE": "engine", "EVENT": "engine_output"}
+    if rank is not None:
+        fields["ENGINE_RANK"] = rank
+    return line_head, encode_journal_fields(fields)
+
+
+def _journal_message(text: str) -> bytes:
+    if "\n" in text:
+        return encode_journal_fields({"MESSAGE": text})
+    return b"MESSAGE=" + text.encode("utf-8", "backslashreplace") + b"\n"
 
 
 def dropped_lines() -> int:

@@ -1,0 +1,66 @@
+"""A hand-over between threads that moves whole batches, is bounded by items, and drops rather
+than waits.
+
+The engine pipe's reader and the supervisor's logging callers must never block on a slow consumer
+(a stuck journald), and under a flood of engine output a lock round trip per line costs more than
+the line itself. So producers hand over a whole batch at once (one lock), the consumer takes
+everything pending at once, and what does not fit is dropped and reported to the producer, who
+counts it. The bound is in items, not batches, so memory stays bounded however batches are cut.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class BatchQueue(Generic[T]):
+    def __init__(self, max_items: int) -> None:
+        if max_items < 1:
+            raise ValueError(f"a batch queue must hold at least 1 item, not {max_items}")
+        self.max_items = max_items
+        self._items: list[T] = []
+        self._closed = False
+        self._cond = threading.Condition(threading.Lock())
+
+    def put(self, batch: Sequence[T]) -> int:
+        """Queue what fits of `batch`, in order; returns how many items (from its end) were dropped.
+
+        Never blocks beyond the lock. After `close()` everything is dropped.
+        """
+        if not batch:
+            return 0
+        with self._cond:
+            room = 0 if self._closed else self.max_items - len(self._items)
+            if room <= 0:
+                return len(batch)
+            if len(batch) <= room:
+                self._items.extend(batch)
+                dropped = 0
+            else:
+                self._items.extend(batch[:room])
+                dropped = len(batch) - room
+            self._cond.notify()
+        return dropped
+
+    def close(self) -> None:
+        """No more items: `take` returns what is left, then reports the end."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def take(self, timeout: float | None = None) -> tuple[list[T], bool]:
+        """Wait (up to `timeout`) for items or the end; returns everything pending and whether the
+        queue is closed (then nothing more will come)."""
+        with self._cond:
+            if not self._items and not self._closed:
+                self._cond.wait_for(lambda: self._items or self._closed, timeout)
+            items, self._items = self._items, []
+            return items, self._closed
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)

@@ -345,8 +345,10 @@ class _JournaldRenderer:
         message = render_logfmt(event, event_dict)
         kwargs: dict[str, Any] = {}
         if self._native:
+            # The writer thread sends the datagram a little later; EVENT_TIME_USEC keeps when the
+            # event happened (journald's own timestamp is when it arrived).
             fields = {"MESSAGE": message, "PRIORITY": str(prio), "SYSLOG_IDENTIFIER": self._identifier,
-                      "EVENT": event}
+                      "EVENT": event, "EVENT_TIME_USEC": str(time.time_ns() // 1000)}
             for key, value in event_dict.items():
                 name = journal_field_name(key)
                 if name is not None and name not in fields:

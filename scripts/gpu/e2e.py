@@ -822,7 +822,7 @@ class E2E:
     # -- scenario 3 ------------------------------------------------------------------------------
 
     def s3_fallback(self) -> None:
-        need = 150 if self.real else 15
+        need = 150 if self.real else 40
         if self.left() < need:
             self.skip("s3_fallback", f"budget: {self.left():.0f} s left, {need} s needed")
             return

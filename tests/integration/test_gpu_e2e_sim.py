@@ -24,9 +24,9 @@ def test_gpu_e2e_sim_mode_runs_every_scenario(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), GPU_E2E_PYTHON=sys.executable,
                GPU_E2E_WORKDIR=str(tmp_path / "work"))
-    proc = subprocess.run([str(ROOT / "scripts" / "gpu-e2e"), "--engine", "sim", "--budget-s", "150",
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu-e2e"), "--engine", "sim", "--budget-s", "280",
                            "--probe-runs", "2", "--only", "main,fallback,tune"],
-                          check=False, env=env, capture_output=True, text=True, timeout=300)
+                          check=False, env=env, capture_output=True, text=True, timeout=420)
     report = json.loads((out / "report.json").read_text())
     assert not report.get("errors"), report.get("errors")
     sc = report["scenarios"]

@@ -352,6 +352,15 @@ class EngineLogPump:
                         append((line, PRIORITY_INFO, None))
                     continue
                 events += line_events
+                if not line or line.isspace():
+                    continue
+                if len(line_events) == 1:  # the usual case, without the generic walk
+                    event = line_events[0]
+                    kind = type(event)
+                    prio = _PRIORITY_BY_TYPE.get(kind)
+                    if prio is not None and kind is not CaptureProgress:
+                        append((line, prio, event.rank))
+                        continue
                 item = self._forward_item(line, line_events)
                 if item is not None:
                     append(item)
@@ -361,8 +370,6 @@ class EngineLogPump:
         return events
 
     def _forward_item(self, line: str, events: list[EngineEvent]) -> ForwardLine | None:
-        if not line or line.isspace():
-            return None
         if all(isinstance(e, CaptureProgress) for e in events):
             now = self._clock()
             if now - self._last_progress < PROGRESS_FORWARD_S:

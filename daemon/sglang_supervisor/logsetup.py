@@ -30,7 +30,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any, Literal
 
 import structlog
@@ -487,7 +487,7 @@ def log_engine_line(text: str, priority: int = 6, rank: str | None = None) -> No
     log_engine_lines(((text, priority, rank),))
 
 
-def log_engine_lines(lines: Iterable[EngineLine]) -> None:
+def log_engine_lines(lines: Sequence[EngineLine]) -> None:
     """Forward lines of engine output `(text, priority, rank)`, in order, as `log_engine_line`
     does each, but formatted in one pass and handed to the writer at once (one lock, one queue
     put, one write; native journal: one datagram per line, as the protocol wants). Never raises.
@@ -497,62 +497,74 @@ def log_engine_lines(lines: Iterable[EngineLine]) -> None:
         configure_logging()
         sink = _state.sink
         assert sink is not None
-    items = _engine_items(lines, sink)
+    if not lines:
+        return
+    items = _journald_items(lines, sink) if _state.fmt == "journald" else _other_items(lines, sink)
     if items:
         sink.emit_items(items)
 
 
-def _engine_items(lines: Iterable[EngineLine], sink: _Sink) -> list[_Item]:
-    fmt = _state.fmt
-    min_level = _state.min_level
-    secrets = sink.redactions
-    native = sink.native and fmt == "journald"
+def _engine_text(text: str, sink: _Sink) -> str:
+    if sink.redactions:
+        text = sink.redact(text)
+    if len(text) > MAX_ENGINE_LINE_CHARS:
+        text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
+    return text
+
+
+_CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
+_SKIP = ("", b"")  # a (priority, rank) below the configured level
+
+
+def _plain_ascii(texts: list[str]) -> tuple[bool, bool]:
+    """(every text is printable ASCII, some text holds a quote or backslash), for a whole batch.
+
+    One C pass over the joined batch instead of an isprintable() and a regex per line: engine
+    output is nearly all plain ASCII, and these checks were most of the cost of forwarding it.
+    """
+    joined = "".join(texts)
+    if not joined.isascii():
+        return False, True
+    data = joined.encode("ascii")
+    return len(data.translate(None, _CONTROL_BYTES)) == len(data), '"' in joined or "\\" in joined
+
+
+def _journald_items(lines: Sequence[EngineLine], sink: _Sink) -> list[_Item]:
+    native = sink.native
+    plain, escapes = _plain_ascii([line[0] for line in lines])
     # What depends only on (priority, rank) is built once per batch, not once per line.
     heads: dict[tuple[int, str | None], tuple[str, bytes]] = {}
-    stamp = ""
-    if fmt == "json":
-        now = time.time()
-        stamp = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now % 1 * 1e6):06d}Z"
     items: list[_Item] = []
     append = items.append
-    for raw, priority, raw_rank in lines:
-        if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < min_level:
+    for raw, priority, rank in lines:
+        head = heads.get((priority, rank))
+        if head is None:
+            head = heads[(priority, rank)] = _journald_head(priority, rank, native, sink)
+        if head is _SKIP:
             continue
-        text, rank = raw, raw_rank
-        if secrets:
-            text = sink.redact(text)
-            if rank is not None:
-                rank = sink.redact(rank)
-        if len(text) > MAX_ENGINE_LINE_CHARS:
-            text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
-        if fmt == "journald":
-            head = heads.get((priority, rank))
-            if head is None:
-                head = heads[(priority, rank)] = _journald_head(priority, rank, native)
-            line = head[0] + logfmt_value(text)
-            if native:
-                append((_journal_message(text) + head[1], line))
-            else:
-                append(line)
-        elif fmt == "json":
-            record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
-            if rank is not None:
-                record["rank"] = rank
-            record["level"] = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
-            record["timestamp"] = stamp  # as structlog's TimeStamper
-            append(json.dumps(record, ensure_ascii=False))
+        text = _engine_text(raw, sink)
+        # As logfmt_value(text), which the general branch calls, given what _plain_ascii found.
+        if not plain:
+            value = logfmt_value(text)
+        elif escapes and ("\\" in text or '"' in text):
+            value = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        elif not text or " " in text or "=" in text:
+            value = f'"{text}"'
         else:
-            label = "engine" if rank is None else f"engine {rank}"
-            line = f"[{label}] {_escape_controls(text)}"
-            if _state.colors:
-                color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
-                line = f"{color}{line}\x1b[0m"
-            append(line)
+            value = text
+        if native:
+            append((_journal_message(text) + head[1], head[0] + value))
+        else:
+            append(head[0] + value)
     return items
 
 
-def _journald_head(priority: int, rank: str | None, native: bool) -> tuple[str, bytes]:
+def _journald_head(priority: int, rank: str | None, native: bool, sink: _Sink) -> tuple[str, bytes]:
     """The stdout line up to the text, and the journal fields after MESSAGE, for one priority/rank."""
+    if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < _state.min_level:
+        return _SKIP
+    if rank is not None and sink.redactions:
+        rank = sink.redact(rank)
     rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
     line_head = f"<{priority}>engine_output source=engine{rank_part} text="
     if not native:
@@ -562,6 +574,34 @@ def _journald_head(priority: int, rank: str | None, native: bool) -> tuple[str, 
     if rank is not None:
         fields["ENGINE_RANK"] = rank
     return line_head, encode_journal_fields(fields)
+
+
+def _other_items(lines: Sequence[EngineLine], sink: _Sink) -> list[_Item]:
+    """JSON and console lines: formats for people and log shippers, not for floods."""
+    min_level = _state.min_level
+    now = time.time()
+    stamp = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now % 1 * 1e6):06d}Z"
+    items: list[_Item] = []
+    for raw, priority, raw_rank in lines:
+        if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < min_level:
+            continue
+        text = _engine_text(raw, sink)
+        rank = sink.redact(raw_rank) if raw_rank is not None and sink.redactions else raw_rank
+        if _state.fmt == "json":
+            record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
+            if rank is not None:
+                record["rank"] = rank
+            record["level"] = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
+            record["timestamp"] = stamp  # as structlog's TimeStamper
+            items.append(json.dumps(record, ensure_ascii=False))
+        else:
+            label = "engine" if rank is None else f"engine {rank}"
+            line = f"[{label}] {_escape_controls(text)}"
+            if _state.colors:
+                color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
+                line = f"{color}{line}\x1b[0m"
+            items.append(line)
+    return items
 
 
 def _journal_message(text: str) -> bytes:

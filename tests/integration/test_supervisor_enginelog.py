@@ -13,11 +13,20 @@ import pytest
 from sglang_supervisor.enginelog import (
     PRIORITY_ERROR,
     PRIORITY_INFO,
+    PRIORITY_WARNING,
+    PROGRESS_FORWARD_S,
     EngineLogPump,
     RotatingByteLog,
     StreamRedactor,
 )
-from sglang_supervisor.events import EngineEvent, EngineFailed, FailureClass, ServerReady
+from sglang_supervisor.events import (
+    CaptureProgress,
+    DeprecatedFlag,
+    EngineEvent,
+    EngineFailed,
+    FailureClass,
+    ServerReady,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -174,3 +183,119 @@ def test_slow_forwarding_drops_instead_of_blocking(tmp_path: Path) -> None:
     assert pump.stats.lines == 500
     assert pump.stats.forward_dropped > 0
     assert (tmp_path / "e.log").read_bytes() == payload[0]  # the file kept everything
+
+
+class EventfulParser(Parser):
+    """Adds progress frames, deprecation warnings and a line with two events to the stand-in."""
+
+    def feed_line(self, line: str) -> list[EngineEvent]:
+        self.n += 1
+        if line.startswith("Capturing"):
+            return [CaptureProgress(self.n, "TP0", line)]
+        if "deprecated" in line:
+            return [DeprecatedFlag(self.n, None, "--old", None)]
+        if "both" in line:
+            return [ServerReady(self.n, None), EngineFailed(self.n, "TP1", FailureClass.OTHER, line)]
+        return super().feed_line(line)
+
+
+def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path) -> None:
+    batches: list[list[tuple[str, int, str | None]]] = []
+    now = [100.0]
+    body = [f"GET /metrics {i}" for i in range(300)]
+    payload = [
+        "\n".join([*body, "   ", "Capturing 10%", "Capturing 20%", "--old is deprecated", "RuntimeError: x",
+                   "both at once", "ready to roll"]).encode() + b"\n",
+        b"Capturing 30%\n",
+    ]
+
+    async def main() -> EngineLogPump:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        done = asyncio.Event()
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=EventfulParser(), on_output=lambda evs: None,
+                             on_eof=done.set, forward_batch=batches.append, clock=lambda: now[0])
+        pump.start()
+        os.write(w, payload[0])
+        await asyncio.sleep(0.05)
+        now[0] += PROGRESS_FORWARD_S  # the next progress frame is due again
+        os.write(w, payload[1])
+        os.close(w)
+        await asyncio.wait_for(done.wait(), 10)
+        assert pump.join(10)
+        pump._forwarder.join(10)
+        return pump
+
+    pump = asyncio.run(main())
+    forwarded = [item for batch in batches for item in batch]
+    assert forwarded == [
+        *[(line, PRIORITY_INFO, None) for line in body],
+        ("Capturing 10%", PRIORITY_INFO, "TP0"),  # "Capturing 20%": a frame too soon after it
+        ("--old is deprecated", PRIORITY_WARNING, None),
+        ("RuntimeError: x", PRIORITY_ERROR, "TP0"),
+        ("both at once", PRIORITY_ERROR, "TP1"),
+        ("ready to roll", PRIORITY_INFO, None),
+        ("Capturing 30%", PRIORITY_INFO, "TP0"),
+    ]
+    assert len(batches) < len(forwarded) / 10  # handed over per read, not per line
+    assert pump.stats.forwarded == len(forwarded)
+    assert pump.stats.forward_dropped == 0
+    assert pump.stats.lines == len(body) + 8  # the blank line counts, it is just not forwarded
+    assert pump.stats.internal_errors == 0
+    assert (tmp_path / "e.log").read_bytes() == b"".join(payload)
+
+
+def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path) -> None:
+    gate = threading.Event()
+    forwarded: list[str] = []
+
+    def slow(batch: list[tuple[str, int, str | None]]) -> None:
+        gate.wait(10)
+        forwarded.extend(text for text, _, _ in batch)
+
+    payload = [b"".join(f"line {i}\n".encode() for i in range(500))] * 3
+    timer = threading.Timer(1.0, gate.set)
+    timer.start()
+
+    async def main() -> EngineLogPump:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        done = asyncio.Event()
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=Parser(), on_output=lambda evs: None,
+                             on_eof=done.set, forward_batch=slow, forward_queue=600)
+        pump.start()
+        for chunk in payload:
+            os.write(w, chunk)
+            await asyncio.sleep(0.01)
+        os.close(w)
+        await asyncio.wait_for(done.wait(), 10)  # the reader finished while forwarding was stuck
+        assert pump.join(10)
+        gate.set()
+        pump._forwarder.join(10)
+        return pump
+
+    try:
+        pump = asyncio.run(main())
+    finally:
+        timer.cancel()
+        gate.set()
+    assert pump.stats.lines == 1500
+    assert pump.stats.forward_dropped > 0
+    assert pump.stats.forwarded + pump.stats.forward_dropped == 1500
+    assert len(forwarded) == pump.stats.forwarded
+    remaining = iter([f"line {i}" for i in range(500)] * 3)
+    assert all(line in remaining for line in forwarded)  # in order: a subsequence of the output
+    assert (tmp_path / "e.log").read_bytes() == b"".join(payload)
+
+
+def test_forward_and_forward_batch_are_one_or_the_other(tmp_path: Path) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(ValueError, match="forward or forward_batch"):
+            EngineLogPump(-1, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 100, 1),
+                          splitter=Splitter(), parser=Parser(), on_output=lambda evs: None,
+                          on_eof=lambda: None, forward=lambda *a: None, forward_batch=lambda b: None)
+    finally:
+        loop.close()

@@ -22,6 +22,7 @@ from sglang_supervisor.logsetup import (
     encode_journal_fields,
     journal_field_name,
     log_engine_line,
+    log_engine_lines,
     logfmt_value,
     render_logfmt,
     set_redactions,
@@ -392,3 +393,91 @@ def test_journal_fields_render_values_like_the_message(journal_socket: tuple[soc
     got = (fields["KILLED"], fields["DRAINED"], fields["LEFT"], fields["CODE"])
     assert got == ("false", "true", "[1, 2]", "")
     assert "killed=false drained=true" in fields["MESSAGE"]
+
+
+def _reference_line(text: str, priority: int, rank: str | None) -> str:
+    """One engine line as the journald format has always rendered it."""
+    rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
+    return f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}"
+
+
+ENGINE_TEXT = st.one_of(
+    st.text(),
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7e)),  # the plain batch path
+    st.sampled_from(['Decode batch, #running-req: 3', 'say "hi"', "C:\\path", "a=b", "bare", ""]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(ENGINE_TEXT, st.sampled_from([3, 4, 6, 7]),
+                          st.sampled_from([None, "TP0", "DP0 TP1"])), max_size=20))
+def test_a_batch_renders_line_by_line_as_each_line_alone(lines: list[tuple[str, int, str | None]]) -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    log_engine_lines(lines)
+    expected = [_reference_line(*line) for line in lines if line[1] <= 6]  # debug is filtered at info
+    assert buf.getvalue() == "".join(f"{line}\n" for line in expected)
+
+
+def test_a_batch_is_redacted_text_and_rank() -> None:
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    set_redactions(["sk-batch-secret"])
+    log_engine_lines([("api_key=sk-batch-secret", 6, None), ("x", 3, "sk-batch-secret"),
+                      ("plain line", 6, "TP0")])
+    assert buf.getvalue().splitlines() == [
+        '<6>engine_output source=engine text="api_key=***"',
+        '<3>engine_output source=engine rank=*** text=x',
+        '<6>engine_output source=engine rank=TP0 text="plain line"',
+    ]
+
+
+def test_a_batch_in_json_and_console_formats() -> None:
+    buf = io.StringIO()
+    configure_logging("json", buf)
+    log_engine_lines([("Load weight end.", 6, "TP1"), ("RuntimeError: x", 3, None), ("dbg", 7, None)])
+    records = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [(r["text"], r["level"], r.get("rank")) for r in records] == [
+        ("Load weight end.", "info", "TP1"), ("RuntimeError: x", "error", None)]
+    buf = io.StringIO()
+    configure_logging("console", buf)
+    log_engine_lines([("Load weight end.", 6, "TP1"), ("bell\x07", 6, None)])
+    assert buf.getvalue() == "[engine TP1] Load weight end.\n[engine] bell\\x07\n"
+
+
+def test_a_batch_reaches_the_native_journal_as_one_datagram_per_line_in_order(
+    journal_socket: tuple[socket.socket, str],
+) -> None:
+    sock, path = journal_socket
+    buf = io.StringIO()
+    configure_logging("journald", buf, environ={"JOURNAL_STREAM": "1:1"}, journal_socket=path,
+                      identifier="sglang-supervisor", background=True)
+    log_engine_lines([("Decode batch, #running-req: 1", 6, "TP0"), ('Traceback "x"', 3, None),
+                      ("two\nlines", 6, None)])
+    structlog.get_logger().info("after_the_batch")
+    got = [_read_journal_datagram(sock) for _ in range(4)]
+    logsetup.shutdown_logging()
+    assert got[0] == {"MESSAGE": "Decode batch, #running-req: 1", "PRIORITY": "6",
+                      "SYSLOG_IDENTIFIER": "sglang-supervisor", "SOURCE": "engine",
+                      "EVENT": "engine_output", "ENGINE_RANK": "TP0"}
+    assert (got[1]["MESSAGE"], got[1]["PRIORITY"], "ENGINE_RANK" in got[1]) == ('Traceback "x"', "3", False)
+    assert got[2]["MESSAGE"] == "two\nlines"
+    assert got[3]["EVENT"] == "after_the_batch"
+    assert buf.getvalue() == ""
+
+
+def test_background_writer_keeps_a_burst_whole_and_in_order(tmp_path: Path) -> None:
+    # A burst bigger than one write's worth, from several batches and single events interleaved.
+    out_path = tmp_path / "stdout"
+    with open(out_path, "w") as stream:
+        configure_logging("journald", stream, native_journal=False, background=True)
+        for b in range(5):
+            log_engine_lines([(f"line {b}-{i}", 6, None) for i in range(700)])
+            structlog.get_logger().info("between", batch=b)
+        logsetup.shutdown_logging(timeout=10)
+    expected: list[str] = []
+    for b in range(5):
+        expected += [f'<6>engine_output source=engine text="line {b}-{i}"' for i in range(700)]
+        expected.append(f"<6>between batch={b}")
+    assert out_path.read_text().splitlines() == expected
+    assert logsetup.dropped_lines() == 0

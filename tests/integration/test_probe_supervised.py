@@ -191,6 +191,11 @@ def test_degrade_restarts_same_profile_once_then_keeps_the_faster_next(daemons, 
     info = [labels for (n, labels), v in m.items() if n == "sglang_supervisor_active_profile_info" and v == 1]
     assert [dict(lv)["profile"] for lv in info] == ["no-prefill-graph"]
     assert m[("sglang_supervisor_fallback_level", frozenset())] == 1
+    # both throughput restarts are restarts; none of them is a crash
+    assert m[("sglang_supervisor_restarts_total", frozenset({("reason", "regression")}))] == 2
+    assert sum(v for (n, _), v in m.items() if n == "sglang_supervisor_restarts_total") == 2
+    # a probe cut short by our own stop of the engine is no failure
+    assert not d.named("probe_failed") and not d.named("probe.retry")
     assert d.named("supervisor.ready")[-1]["profile"] == "no-prefill-graph"
     harness.stop_cleanly(d)
 

@@ -643,6 +643,10 @@ class Lifecycle:
         acts: list[Action] = []
         starting = self.phase in STARTING_PHASES
         if isinstance(ev, EngineFailed | EngineCrashed):
+            if any(f.line_no == ev.line_no and ev.line_no for f in self._failures):
+                # The parser reports a crash line both as EngineCrashed and as its EngineFailed
+                # signature: one line, one failure.
+                return acts
             failed = ev if isinstance(ev, EngineFailed) else EngineFailed(
                 ev.line_no, ev.rank, FailureClass.CHILD_CRASHED, ev.message)
             first = not self._failures

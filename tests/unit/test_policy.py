@@ -578,3 +578,15 @@ def test_reload_restart_counts_as_reload_and_an_exhausted_ladder_counts_nothing(
     d.start()
     acts = d.exit_engine(-9)
     assert of(acts, MarkBad) and not of(acts, Launch)  # marked bad, but nothing restarts
+
+
+def test_a_crash_line_reported_as_crash_and_as_signature_is_one_failure() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    line = "Subprocess scheduler_0 (pid=1) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
+    acts = d.feed(EngineCrashed(240, None, line),
+                  EngineFailed(240, None, FailureClass.CHILD_CRASHED, line),
+                  EngineCrashed(241, None, "SIGQUIT received. It usually means one child failed."))
+    lines = [a.fields["line"] for a in acts if isinstance(a, Log) and a.event == "engine.failure_line"]
+    assert lines == [240, 241]

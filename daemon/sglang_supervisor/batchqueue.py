@@ -5,7 +5,9 @@ The engine pipe's reader and the supervisor's logging callers must never block o
 (a stuck journald), and under a flood of engine output a lock round trip per line costs more than
 the line itself. So producers hand over a whole batch at once (one lock), the consumer takes
 everything pending at once, and what does not fit is dropped and reported to the producer, who
-counts it. The bound is in items, not batches, so memory stays bounded however batches are cut.
+counts it. The bound is in items, not batches, so memory stays bounded however batches are cut;
+an optional second bound on the batches' weight (their bytes, say) keeps it bounded when items are
+large.
 """
 
 from __future__ import annotations
@@ -18,25 +20,32 @@ T = TypeVar("T")
 
 
 class BatchQueue(Generic[T]):
-    def __init__(self, max_items: int) -> None:
+    def __init__(self, max_items: int, max_weight: int | None = None) -> None:
         if max_items < 1:
             raise ValueError(f"a batch queue must hold at least 1 item, not {max_items}")
         self.max_items = max_items
+        self.max_weight = max_weight
         self._items: list[T] = []
+        self._weight = 0
         self._closed = False
         self._cond = threading.Condition(threading.Lock())
 
-    def put(self, batch: Sequence[T]) -> int:
+    def put(self, batch: Sequence[T], weight: int = 0) -> int:
         """Queue what fits of `batch`, in order; returns how many items (from its end) were dropped.
 
-        Never blocks beyond the lock. After `close()` everything is dropped.
+        A batch whose `weight` would take the queue past `max_weight` is dropped whole (unless the
+        queue is empty). Never blocks beyond the lock. After `close()` everything is dropped.
         """
         if not batch:
             return 0
         with self._cond:
             room = 0 if self._closed else self.max_items - len(self._items)
+            if (self.max_weight is not None and self._weight
+                    and self._weight + weight > self.max_weight):
+                room = 0
             if room <= 0:
                 return len(batch)
+            self._weight += weight
             if len(batch) <= room:
                 self._items.extend(batch)
                 dropped = 0
@@ -59,6 +68,7 @@ class BatchQueue(Generic[T]):
             if not self._items and not self._closed:
                 self._cond.wait_for(lambda: self._items or self._closed, timeout)
             items, self._items = self._items, []
+            self._weight = 0
             return items, self._closed
 
     def __len__(self) -> int:

@@ -38,7 +38,10 @@ REDACTED = b"***"
 MIN_SECRET_LEN = 4  # same floor as logsetup: shorter strings would shred ordinary text
 RETRY_AFTER_ERROR_S = 5.0  # after a failed write (disk full), try the file again this much later
 PROGRESS_FORWARD_S = 5.0  # forward at most one `\r` progress frame this often (file keeps all)
-FORWARD_QUEUE_LINES = 10_000  # lines waiting for the forwarder (a few 64 KiB reads' worth)
+# What may wait for the forwarder: enough to ride out a scheduling hiccup under a flood (~20 reads
+# of serving output), and a byte cap so that huge lines cannot make it hundreds of megabytes.
+FORWARD_QUEUE_LINES = 10_000
+FORWARD_QUEUE_BYTES = 4 << 20
 
 PRIORITY_ERROR = 3
 PRIORITY_WARNING = 4
@@ -249,6 +252,7 @@ class EngineLogPump:
         forward: ForwardFn | None = None,
         forward_batch: ForwardBatchFn | None = None,
         forward_queue: int = FORWARD_QUEUE_LINES,
+        forward_queue_bytes: int = FORWARD_QUEUE_BYTES,
         clock: Callable[[], float] = time.monotonic,
         name: str = "engine-log",
     ) -> None:
@@ -265,7 +269,7 @@ class EngineLogPump:
         self._forward_line = forward
         self._forward_batch = forward_batch
         self._forwarding = forward is not None or forward_batch is not None
-        self._queue: BatchQueue[ForwardLine] = BatchQueue(forward_queue)
+        self._queue: BatchQueue[ForwardLine] = BatchQueue(forward_queue, forward_queue_bytes)
         self._clock = clock
         self._last_progress = -PROGRESS_FORWARD_S
         self.stats = PumpStats()
@@ -321,7 +325,7 @@ class EngineLogPump:
             if final:
                 lines += self._splitter.flush()
             self.stats.lines += len(lines)
-            events = self._parse(lines)
+            events = self._parse(lines, len(data))
             if final:  # a traceback block still open at EOF is closed (and classified) now
                 events += self._parser.finish()
             self.stats.events += len(events)
@@ -332,7 +336,7 @@ class EngineLogPump:
             if data_len:
                 self._to_loop(self._on_output, [])
 
-    def _parse(self, lines: list[str]) -> list[EngineEvent]:
+    def _parse(self, lines: list[str], size: int) -> list[EngineEvent]:
         """Parse one read's lines; queue those to forward as one batch."""
         feed_line = self._parser.feed_line
         events: list[EngineEvent] = []
@@ -366,7 +370,7 @@ class EngineLogPump:
                     append(item)
         finally:  # what was parsed before a parser bug is still forwarded, in order
             if batch:
-                self.stats.forward_dropped += self._queue.put(batch)
+                self.stats.forward_dropped += self._queue.put(batch, size)
         return events
 
     def _forward_item(self, line: str, events: list[EngineEvent]) -> ForwardLine | None:

@@ -504,12 +504,14 @@ def log_engine_lines(lines: Sequence[EngineLine]) -> None:
         sink.emit_items(items)
 
 
+def _truncated(text: str) -> str:
+    return f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
+
+
 def _engine_text(text: str, sink: _Sink) -> str:
     if sink.redactions:
         text = sink.redact(text)
-    if len(text) > MAX_ENGINE_LINE_CHARS:
-        text = f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
-    return text
+    return _truncated(text) if len(text) > MAX_ENGINE_LINE_CHARS else text
 
 
 _CONTROL_BYTES = bytes(range(0x20)) + b"\x7f"
@@ -534,15 +536,22 @@ def _journald_items(lines: Sequence[EngineLine], sink: _Sink) -> list[_Item]:
     plain, escapes = _plain_ascii([line[0] for line in lines])
     # What depends only on (priority, rank) is built once per batch, not once per line.
     heads: dict[tuple[int, str | None], tuple[str, bytes]] = {}
+    last_priority, last_rank, head = -1, None, _SKIP
+    secrets = sink.redactions
     items: list[_Item] = []
     append = items.append
     for raw, priority, rank in lines:
-        head = heads.get((priority, rank))
-        if head is None:
-            head = heads[(priority, rank)] = _journald_head(priority, rank, native, sink)
+        if priority != last_priority or rank != last_rank:  # runs of one kind are the rule
+            last_priority, last_rank = priority, rank
+            got = heads.get((priority, rank))
+            if got is None:
+                got = heads[(priority, rank)] = _journald_head(priority, rank, native, sink)
+            head = got
         if head is _SKIP:
             continue
-        text = _engine_text(raw, sink)
+        text = sink.redact(raw) if secrets else raw
+        if len(text) > MAX_ENGINE_LINE_CHARS:
+            text = _truncated(text)
         # As logfmt_value(text), which the general branch calls, given what _plain_ascii found.
         if not plain:
             value = logfmt_value(text)

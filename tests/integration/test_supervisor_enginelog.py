@@ -246,7 +246,8 @@ def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path) -> None:
     assert (tmp_path / "e.log").read_bytes() == b"".join(payload)
 
 
-def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("lines", "size"), [(600, 1 << 20), (1 << 20, 8000)], ids=["lines", "bytes"])
+def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path, lines: int, size: int) -> None:
     gate = threading.Event()
     forwarded: list[str] = []
 
@@ -264,7 +265,8 @@ def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path) -> None
         done = asyncio.Event()
         pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
                              splitter=Splitter(), parser=Parser(), on_output=lambda evs: None,
-                             on_eof=done.set, forward_batch=slow, forward_queue=600)
+                             on_eof=done.set, forward_batch=slow, forward_queue=lines,
+                             forward_queue_bytes=size)
         pump.start()
         for chunk in payload:
             os.write(w, chunk)

@@ -50,3 +50,14 @@ def test_take_waits_for_a_producer() -> None:
 def test_a_queue_must_hold_something() -> None:
     with pytest.raises(ValueError, match="at least 1 item"):
         BatchQueue(0)
+
+
+def test_a_weight_bound_drops_whole_batches_but_never_starves_an_empty_queue() -> None:
+    q: BatchQueue[str] = BatchQueue(100, max_weight=10)
+    assert q.put(["big"], weight=50) == 0  # alone it is let through: the producer made progress
+    assert q.put(["a", "b"], weight=1) == 2
+    assert q.take() == (["big"], False)
+    assert q.put(["a", "b"], weight=6) == 0
+    assert q.put(["c"], weight=4) == 0
+    assert q.put(["d"], weight=1) == 1
+    assert q.take() == (["a", "b", "c"], False)

@@ -487,10 +487,13 @@ def log_engine_line(text: str, priority: int = 6, rank: str | None = None) -> No
     log_engine_lines(((text, priority, rank),))
 
 
-def log_engine_lines(lines: Sequence[EngineLine]) -> None:
+def log_engine_lines(lines: Sequence[EngineLine], max_priority: int = 7) -> None:
     """Forward lines of engine output `(text, priority, rank)`, in order, as `log_engine_line`
     does each, but formatted in one pass and handed to the writer at once (one lock, one queue
     put, one write; native journal: one datagram per line, as the protocol wants). Never raises.
+
+    Lines of a priority above `max_priority` (less severe) are left out, as are those below the
+    configured log level.
     """
     sink = _state.sink
     if sink is None:
@@ -499,7 +502,10 @@ def log_engine_lines(lines: Sequence[EngineLine]) -> None:
         assert sink is not None
     if not lines:
         return
-    items = _journald_items(lines, sink) if _state.fmt == "journald" else _other_items(lines, sink)
+    if _state.fmt == "journald":
+        items = _journald_items(lines, sink, max_priority)
+    else:
+        items = _other_items(lines, sink, max_priority)
     if items:
         sink.emit_items(items)
 
@@ -531,7 +537,7 @@ def _plain_ascii(texts: list[str]) -> tuple[bool, bool]:
     return len(data.translate(None, _CONTROL_BYTES)) == len(data), '"' in joined or "\\" in joined
 
 
-def _journald_items(lines: Sequence[EngineLine], sink: _Sink) -> list[_Item]:
+def _journald_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) -> list[_Item]:
     native = sink.native
     plain, escapes = _plain_ascii([line[0] for line in lines])
     # What depends only on (priority, rank) is built once per batch, not once per line.
@@ -545,7 +551,8 @@ def _journald_items(lines: Sequence[EngineLine], sink: _Sink) -> list[_Item]:
             last_priority, last_rank = priority, rank
             got = heads.get((priority, rank))
             if got is None:
-                got = heads[(priority, rank)] = _journald_head(priority, rank, native, sink)
+                got = heads[(priority, rank)] = (
+                    _SKIP if priority > max_priority else _journald_head(priority, rank, native, sink))
             head = got
         if head is _SKIP:
             continue
@@ -585,14 +592,14 @@ def _journald_head(priority: int, rank: str | None, native: bool, sink: _Sink) -
     return line_head, encode_journal_fields(fields)
 
 
-def _other_items(lines: Sequence[EngineLine], sink: _Sink) -> list[_Item]:
+def _other_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) -> list[_Item]:
     """JSON and console lines: formats for people and log shippers, not for floods."""
     min_level = _state.min_level
     now = time.time()
     stamp = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now % 1 * 1e6):06d}Z"
     items: list[_Item] = []
     for raw, priority, raw_rank in lines:
-        if _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < min_level:
+        if priority > max_priority or _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < min_level:
             continue
         text = _engine_text(raw, sink)
         rank = sink.redact(raw_rank) if raw_rank is not None and sink.redactions else raw_rank

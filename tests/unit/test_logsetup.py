@@ -419,6 +419,18 @@ def test_a_batch_renders_line_by_line_as_each_line_alone(lines: list[tuple[str, 
     assert buf.getvalue() == "".join(f"{line}\n" for line in expected)
 
 
+@pytest.mark.parametrize("fmt", ["journald", "json", "console"])
+def test_a_batch_leaves_out_what_is_less_severe_than_asked(fmt: logsetup.LogFormat) -> None:
+    buf = io.StringIO()
+    configure_logging(fmt, buf, native_journal=False)
+    log_engine_lines([("info line", 6, None), ("warning line", 4, "TP0"), ("error line", 3, None)],
+                     max_priority=4)
+    text = buf.getvalue()
+    assert "info line" not in text
+    assert "warning line" in text and "error line" in text
+    assert len(text.splitlines()) == 2
+
+
 def test_a_batch_is_redacted_text_and_rank() -> None:
     buf = io.StringIO()
     configure_logging("journald", buf, native_journal=False)

@@ -401,21 +401,36 @@ def _reference_line(text: str, priority: int, rank: str | None) -> str:
     return f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}"
 
 
+SECRETS = ["sk-secret-1", "Decode", 'y "hi', "a\nbc", "C:\\p", "x\x07yz"]
 ENGINE_TEXT = st.one_of(
+    # Mostly plain ASCII built from pieces that hold the secrets, quotes, backslashes and `=`.
+    st.lists(st.sampled_from([*SECRETS[:5], " ", "=", '"', "\\", "batch", "\x1b[0m", "é"]),
+             max_size=6).map("".join),
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7e)),
     st.text(),
-    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7e)),  # the plain batch path
-    st.sampled_from(['Decode batch, #running-req: 3', 'say "hi"', "C:\\path", "a=b", "bare", ""]),
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(ENGINE_TEXT, st.sampled_from([3, 4, 6, 7]),
-                          st.sampled_from([None, "TP0", "DP0 TP1"])), max_size=20))
-def test_a_batch_renders_line_by_line_as_each_line_alone(lines: list[tuple[str, int, str | None]]) -> None:
+                          st.sampled_from([None, "TP0", "DP0 TP1"])), max_size=20),
+       st.lists(st.sampled_from(SECRETS), max_size=2))
+def test_a_batch_renders_line_by_line_as_each_line_alone(
+    lines: list[tuple[str, int, str | None]], secrets: list[str],
+) -> None:
     buf = io.StringIO()
     configure_logging("journald", buf, native_journal=False)
+    set_redactions(secrets)
     log_engine_lines(lines)
-    expected = [_reference_line(*line) for line in lines if line[1] <= 6]  # debug is filtered at info
+    ordered = sorted(set(secrets), key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for secret in ordered:
+            text = text.replace(secret, "***")
+        return text
+
+    expected = [_reference_line(redact(text), prio, None if rank is None else redact(rank))
+                for text, prio, rank in lines if prio <= 6]  # debug is filtered at info
     assert buf.getvalue() == "".join(f"{line}\n" for line in expected)
 
 

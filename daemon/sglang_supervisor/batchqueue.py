@@ -20,6 +20,8 @@ T = TypeVar("T")
 
 
 class BatchQueue(Generic[T]):
+    """For any number of producers and one consumer."""
+
     def __init__(self, max_items: int, max_weight: int | None = None) -> None:
         if max_items < 1:
             raise ValueError(f"a batch queue must hold at least 1 item, not {max_items}")
@@ -28,7 +30,8 @@ class BatchQueue(Generic[T]):
         self._items: list[T] = []
         self._weight = 0
         self._closed = False
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
 
     def put(self, batch: Sequence[T], weight: int = 0) -> int:
         """Queue what fits of `batch`, in order; returns how many items (from its end) were dropped.
@@ -38,7 +41,7 @@ class BatchQueue(Generic[T]):
         """
         if not batch:
             return 0
-        with self._cond:
+        with self._lock:
             room = 0 if self._closed else self.max_items - len(self._items)
             if (self.max_weight is not None and self._weight
                     and self._weight + weight > self.max_weight):
@@ -46,13 +49,15 @@ class BatchQueue(Generic[T]):
             if room <= 0:
                 return len(batch)
             self._weight += weight
+            was_empty = not self._items
             if len(batch) <= room:
                 self._items.extend(batch)
                 dropped = 0
             else:
                 self._items.extend(batch[:room])
                 dropped = len(batch) - room
-            self._cond.notify()
+            if was_empty:  # the one consumer waits only on an empty queue
+                self._cond.notify()
         return dropped
 
     def close(self) -> None:

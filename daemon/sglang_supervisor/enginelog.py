@@ -38,9 +38,9 @@ REDACTED = b"***"
 MIN_SECRET_LEN = 4  # same floor as logsetup: shorter strings would shred ordinary text
 RETRY_AFTER_ERROR_S = 5.0  # after a failed write (disk full), try the file again this much later
 PROGRESS_FORWARD_S = 5.0  # forward at most one `\r` progress frame this often (file keeps all)
-# What may wait for the forwarder: enough to ride out a scheduling hiccup under a flood (~20 reads
+# What may wait for the forwarder: enough to ride out a scheduling hiccup under a flood (~50 reads
 # of serving output), and a byte cap so that huge lines cannot make it hundreds of megabytes.
-FORWARD_QUEUE_LINES = 10_000
+FORWARD_QUEUE_LINES = 20_000
 FORWARD_QUEUE_BYTES = 4 << 20
 
 PRIORITY_ERROR = 3
@@ -286,6 +286,14 @@ class EngineLogPump:
         """Wait for EOF to be processed; True when the reader finished."""
         self._reader.join(timeout)
         return not self._reader.is_alive()
+
+    def join_forwarder(self, timeout: float | None = None) -> bool:
+        """After `join`: wait until every queued line went to forward; True when it has (a stuck
+        forward can hold the last batch for as long as it is stuck)."""
+        if not self._forwarder.is_alive():
+            return True
+        self._forwarder.join(timeout)
+        return not self._forwarder.is_alive()
 
     @property
     def log_errors(self) -> int:

@@ -48,7 +48,6 @@ MAX_ENGINE_LINE_CHARS = 16 * 1024
 _QUEUE_LINES = 10_000
 _COALESCE_S = 0.02
 _COALESCE_BELOW = 64  # fewer lines than this pending: a trickle, worth gathering for _COALESCE_S
-_WRITE_LINES = 1000  # lines per write(): bounds the text built for one syscall
 _REDACTED = "***"
 _JOURNAL_SEND_TIMEOUT_S = 0.5
 _MIN_SECRET_LEN = 4  # shorter "secrets" would shred ordinary text
@@ -248,15 +247,13 @@ class _Sink:
         self.dropped += q.put(items)
 
     def _write_items(self, items: list[_Item]) -> None:
-        # Consecutive plain lines become one write; a datagram that cannot be sent becomes its
-        # fallback line in the same place.
+        # Consecutive plain lines become one write (what the queue held: bounded by it; each
+        # write gives the GIL away, and under a flood taking it back can cost a switch interval);
+        # a datagram that cannot be sent becomes its fallback line in the same place.
         lines: list[str] = []
         for item in items:
             if isinstance(item, str):
                 lines.append(item)
-                if len(lines) >= _WRITE_LINES:
-                    self._write(lines)
-                    lines = []
                 continue
             fields, fallback = item
             if lines:  # what came before this datagram goes first
@@ -396,6 +393,8 @@ class _State:
     min_level: int = logging.INFO
     colors: bool = False
     identifier: str = "sglang-supervisor"
+    # Engine line heads by (priority, rank); they depend on the settings, so those clear it.
+    heads: dict[tuple[int, str | None], tuple[str, bytes]] = {}  # noqa: RUF012 - one instance
 
 
 _state = _State()
@@ -439,6 +438,7 @@ def configure_logging(
     _state.min_level = _LEVEL_NUM[level]
     _state.colors = resolved == "console" and _isatty(out)
     _state.identifier = identifier or os.path.basename(sys.argv[0] or "") or "sglang-supervisor"
+    _state.heads = {}
 
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -474,6 +474,7 @@ def set_redactions(secrets: Iterable[str]) -> None:
     _state.sink.redactions = tuple(
         sorted({s for s in secrets if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
     )
+    _state.heads = {}
 
 
 EngineLine = tuple[str, int, str | None]
@@ -540,8 +541,10 @@ def _plain_ascii(texts: list[str]) -> tuple[bool, bool]:
 def _journald_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) -> list[_Item]:
     native = sink.native
     plain, escapes = _plain_ascii([line[0] for line in lines])
-    # What depends only on (priority, rank) is built once per batch, not once per line.
-    heads: dict[tuple[int, str | None], tuple[str, bytes]] = {}
+    # What depends only on (priority, rank) is built once, not once per line.
+    heads = _state.heads
+    if len(heads) > 1000:  # ranks are few; this only bounds a caller that invents them
+        heads.clear()
     last_priority, last_rank, head = -1, None, _SKIP
     secrets = sink.redactions
     items: list[_Item] = []
@@ -549,10 +552,9 @@ def _journald_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int)
     for raw, priority, rank in lines:
         if priority != last_priority or rank != last_rank:  # runs of one kind are the rule
             last_priority, last_rank = priority, rank
-            got = heads.get((priority, rank))
+            got = _SKIP if priority > max_priority else heads.get((priority, rank))
             if got is None:
-                got = heads[(priority, rank)] = (
-                    _SKIP if priority > max_priority else _journald_head(priority, rank, native, sink))
+                got = heads[(priority, rank)] = _journald_head(priority, rank, native, sink)
             head = got
         if head is _SKIP:
             continue

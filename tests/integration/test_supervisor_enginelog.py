@@ -144,6 +144,7 @@ def run_pump(tmp_path: Path, payload: list[bytes], forward, queue: int = 100) ->
         os.close(w)
         await asyncio.wait_for(done.wait(), 10)
         assert pump.join(10)
+        assert pump.join_forwarder(10)  # the last lines may still be on their way
         return pump, got, calls[0]
 
     return asyncio.run(main())
@@ -224,7 +225,7 @@ def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path) -> None:
         os.close(w)
         await asyncio.wait_for(done.wait(), 10)
         assert pump.join(10)
-        pump._forwarder.join(10)
+        assert pump.join_forwarder(10)
         return pump
 
     pump = asyncio.run(main())
@@ -275,7 +276,7 @@ def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path, lines: 
         await asyncio.wait_for(done.wait(), 10)  # the reader finished while forwarding was stuck
         assert pump.join(10)
         gate.set()
-        pump._forwarder.join(10)
+        assert pump.join_forwarder(10)
         return pump
 
     try:

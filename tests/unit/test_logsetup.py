@@ -508,3 +508,20 @@ def test_background_writer_keeps_a_burst_whole_and_in_order(tmp_path: Path) -> N
         expected.append(f"<6>between batch={b}")
     assert out_path.read_text().splitlines() == expected
     assert logsetup.dropped_lines() == 0
+
+
+def test_line_heads_follow_later_settings(journal_socket: tuple[socket.socket, str]) -> None:
+    # Heads are cached per (priority, rank): new redactions and a new identifier must still apply.
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    log_engine_line("a", 6, rank="DP0-hidden")
+    set_redactions(["DP0-hidden"])
+    log_engine_line("b", 6, rank="DP0-hidden")
+    assert buf.getvalue().splitlines() == ["<6>engine_output source=engine rank=DP0-hidden text=a",
+                                           "<6>engine_output source=engine rank=*** text=b"]
+    sock, path = journal_socket
+    for name in ("first", "second"):
+        configure_logging("journald", io.StringIO(), environ={"JOURNAL_STREAM": "1:1"},
+                          journal_socket=path, identifier=name)
+        log_engine_line("c", 6, rank="TP0")
+        assert _read_journal_datagram(sock)["SYSLOG_IDENTIFIER"] == name

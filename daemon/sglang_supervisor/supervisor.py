@@ -31,7 +31,7 @@ from sglang_supervisor.engineinfo import detect_engine_version
 from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.logsetup import log_engine_line, set_redactions
+from sglang_supervisor.logsetup import EngineLine, log_engine_lines, set_redactions
 from sglang_supervisor.logwatch import LineSplitter, LogParser
 from sglang_supervisor.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
 from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL, ThroughputMonitor
@@ -602,9 +602,8 @@ class Supervisor:
         secrets = [self.prep.api_key] if self.prep.api_key else []
         forward_max = self.opts.forward_max_priority
 
-        def forward(text: str, priority: int, rank: str | None) -> None:
-            if priority <= forward_max:
-                log_engine_line(text, priority, rank)
+        def forward(lines: Sequence[EngineLine]) -> None:
+            log_engine_lines(lines, max_priority=forward_max)
 
         pump = EngineLogPump(
             proc.stdout_fd, loop=self._loop,
@@ -612,7 +611,7 @@ class Supervisor:
             splitter=LineSplitter(), parser=LogParser(self.prep.version, secrets),
             on_output=lambda events: self._on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
-            forward=forward if self.config.logging.forward_engine_output else None,
+            forward_batch=forward if self.config.logging.forward_engine_output else None,
             name=f"engine-log-{attempt}")
         pump.start()
         self._engine_started_once = True

@@ -67,7 +67,7 @@ async def _pump_once(path: Path, workdir: Path, forward: bool) -> tuple[float, i
         r, loop=loop, log=log, splitter=splitter, parser=parser,  # type: ignore[arg-type]
         on_output=lambda events: None,
         on_eof=lambda: done.done() or done.set_result(None),
-        forward=logsetup.log_engine_line if forward else None,
+        forward_batch=logsetup.log_engine_lines if forward else None,
     )
     t0 = time.perf_counter()
     writer = subprocess.Popen(["cat", str(path)], stdout=w)
@@ -77,14 +77,16 @@ async def _pump_once(path: Path, workdir: Path, forward: bool) -> tuple[float, i
     elapsed = time.perf_counter() - t0
     writer.wait()
     if forward:
-        pump._forwarder.join(30)  # the forwarder drains its queue after EOF
+        pump.join_forwarder(30)  # the forwarder drains its queue after EOF
     return elapsed, pump.stats.lines, pump.stats.forwarded, pump.stats.forward_dropped
 
 
 def time_forwarder(lines: list[str]) -> float:
+    # As the supervisor forwards: one batch per 64 KiB read (about 500 serving lines).
+    batches = [[(line, 6, None) for line in lines[i:i + 500]] for i in range(0, len(lines), 500)]
     t0 = time.perf_counter()
-    for line in lines:
-        logsetup.log_engine_line(line, 6)
+    for batch in batches:
+        logsetup.log_engine_lines(batch)
     return time.perf_counter() - t0
 
 
@@ -107,7 +109,7 @@ def flood(path: Path, rate: float, seconds: float, through_pump: bool, workdir: 
             splitter=splitter, parser=parser,  # type: ignore[arg-type]
             on_output=lambda events: None,
             on_eof=lambda: done.done() or done.set_result(None),
-            forward=logsetup.log_engine_line,
+            forward_batch=logsetup.log_engine_lines,
         )
         proc = subprocess.Popen(cmd, stdout=w, stderr=subprocess.PIPE)
         os.close(w)

@@ -189,5 +189,9 @@ def run(quick: bool) -> Section:
             f"longest write {1000 * sup['longest_write_s']:.1f} ms "
             f"vs {1000 * base['longest_write_s']:.1f} ms",
             "not slowed", not slowed,
+            "" if not slowed else
+            "far beyond any SGLang phase (a busy server logs a few lines per second per rank); the "
+            "single reader thread, which parses every line, is then slower than the writer and the "
+            "pipe fills",
         ))
     return sec

@@ -65,7 +65,12 @@ def run(quick: bool, seconds: float) -> Section:
         sec.rows.append(Row(f"CPU, {label}", f"{cpu:.2f} % of one core", "≤ 1 %", cpu <= 1.0,
                             f"{counts['probes']} probes ok, {counts['probe_failures']} failed, "
                             f"{counts['forwarded_lines']} engine lines forwarded.{why}"))
+        over = r.max * 2**20 / 60e6 - 1
         sec.rows.append(Row(f"RSS, {label}", f"max {r.max:.1f} MiB (p50 {r.p(50):.1f}, n={r.n})", "≤ 60 MB",
-                            r.max * 2**20 <= 60e6))
+                            over <= 0,
+                            "" if over <= 0 else
+                            f"{r.max * 2**20 / 1e6:.1f} MB, over by {100 * over:.1f} %: most of it is the "
+                            "imported libraries (pydantic, httpx, uvicorn/starlette, prometheus-client, "
+                            "structlog); the busy phase adds the bounded forwarding queues"))
     _ = quick
     return sec

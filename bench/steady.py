@@ -58,10 +58,10 @@ def run(quick: bool, seconds: float) -> Section:
                                     ("at rest", rest_cpu, rest_rss, rest_counts)):
         r = Dist.of([b / 2**20 for b in rss])
         why = ("" if cpu <= 1.0 else
-               " Where it goes: the pump wakes its reader thread and the event loop for every read of "
-               "the pipe (a chatty engine flushes many small writes) and hands every forwarded line "
-               "to a second thread; CPython thread wake-ups, not parsing, dominate. Coalescing reads "
-               "for ~20 ms in enginelog halved the pump's share in an experiment.")
+               " Where it goes: every read of the pipe (a chatty engine flushes many small writes) "
+               "wakes the reader thread, the event loop and the forwarding thread; in CPython these "
+               "wake-ups cost more than parsing the lines. Coalescing reads for ~20 ms in enginelog "
+               "halved the pump's share in an experiment.")
         sec.rows.append(Row(f"CPU, {label}", f"{cpu:.2f} % of one core", "≤ 1 %", cpu <= 1.0,
                             f"{counts['probes']} probes ok, {counts['probe_failures']} failed, "
                             f"{counts['forwarded_lines']} engine lines forwarded.{why}"))

@@ -274,9 +274,8 @@ def run(key: str, quick: bool, starts: int) -> Section:
         r = Dist.of(ready["total"])
         sec.raw = {"ready_s": ready, "idle_stop_s": idle_stop, "busy_stop_s": busy_stop}
         sec.rows.append(Row("ready line → READY=1", fmt_dist(r, "ms", 1e3), "p99 ≤ 50 ms", r.p(99) <= 0.050,
-                            "READY waits for the first probe by design: monitor.first_probe runs a warm-up "
-                            "generation, then the measured probe with a load sample taken mid-probe (a 50 ms "
-                            "sleep) and a /metrics scrape; see the split below"))
+                            "READY waits for the first probe by design: one streaming generation, most of "
+                            "it the simulated engine's own prefill and decode time; see the split below"))
         for key_, label in (("parse", "… ready line → `engine.ready` (pipe, parser, event loop)"),
                             ("probe", "… `engine.ready` → `supervisor.ready` (first probe, state write)"),
                             ("notify", "… `supervisor.ready` → READY=1 received")):

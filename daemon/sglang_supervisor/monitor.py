@@ -288,9 +288,8 @@ class ThroughputMonitor:
                 self.metrics.set_baseline(new)
 
     async def first_probe(self) -> ProbeResult:
-        """The probe that gates READY. A short generation first warms JIT paths; it is not counted."""
-        warm = make_shape(min(self.shape.input_tokens, 16), 2)
-        await probe_once(self._http(), self.base_url, warm, self._api_key, self.settings.timeout_s)
+        """The probe that gates READY, counted as the first sample. No warm-up request of our own:
+        SGLang runs its warmup generation before it prints its ready line."""
         return await self._probe()
 
     async def _observe_during(self, probe: Awaitable[ProbeResult]) -> tuple[ProbeResult, Observations]:

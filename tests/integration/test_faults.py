@@ -12,60 +12,24 @@ instead of failing them (no timing thresholds).
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import textwrap
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from sglang_supervisor.config import default_demo_config_path
 from sglang_supervisor.process import group_members
+from supervised import DEADLINE_S, Daemon, start
+from supervised import base_config as config
 
 pytestmark = pytest.mark.integration
-
-TIME_SCALE = "0.02"
-DEADLINE_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def config(workdir: Path, *faults: str, **timeouts: float) -> dict[str, Any]:
-    """demo.yaml made quick and private: fast simulated time, tiny probes, own ports and dirs.
-    `faults` go to the first profile's engine only (SGLANG_SIM_FAULTS)."""
-    data = copy.deepcopy(yaml.safe_load(default_demo_config_path().read_text()))
-    eng = data["engine"]
-    eng["port"] = free_port()
-    eng["log_file"] = str(workdir / "engine.log")
-    eng.setdefault("env", {})["SGLANG_SIM_TIME_SCALE"] = TIME_SCALE
-    data["state_dir"] = str(workdir / "state")
-    data["runtime_dir"] = str(workdir / "run")
-    data["metrics"] = {"enabled": False}
-    data["probe"].update({"input_tokens": 16, "max_new_tokens": 8, "interval_s": 3600,
-                          "timeout_s": 10, "baseline_runs": 1})
-    data["timeouts"].update({"stall_s": 10, "start_s": 120, "ready_probe_s": 20, "drain_s": 3,
-                             "kill_s": 5, "gpu_release_s": 0, "health_interval_s": 1,
-                             "health_timeout_s": 2, "health_failures": 2, **timeouts})
-    data["restart"]["backoff_s"] = 0.1
-    if faults:
-        data["profiles"][0].setdefault("env", {})["SGLANG_SIM_FAULTS"] = ",".join(faults)
-    return data
 
 
 def with_prelude(data: dict[str, Any], script: str) -> dict[str, Any]:
@@ -74,124 +38,12 @@ def with_prelude(data: dict[str, Any], script: str) -> dict[str, Any]:
     return data
 
 
-class Daemon:
-    """One `sglang-supervisor run`: its notify socket, its JSON log lines, its exit code."""
-
-    def __init__(self, workdir: Path, data: dict[str, Any], *, stdout: Any = None,
-                 env: dict[str, str] | None = None) -> None:
-        self.workdir = workdir
-        self.config_path = workdir / "config.yaml"
-        self.config_path.write_text(yaml.safe_dump(data, sort_keys=False))
-        self.sock_dir = Path(tempfile.mkdtemp(prefix="sn-", dir="/tmp"))
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(self.sock_dir / "n"))
-        self.sock.settimeout(0.2)
-        self.events: list[dict[str, Any]] = []
-        self.notes: list[str] = []
-        self.raw: list[str] = []
-        self._cv = threading.Condition()
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SIM")}
-        full_env.update({"NOTIFY_SOCKET": str(self.sock_dir / "n"), "PYTHONUNBUFFERED": "1"})
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang_supervisor", "run", "--config", str(self.config_path),
-             "--log-format", "json"],
-            stdout=subprocess.PIPE if stdout is None else stdout,
-            stderr=subprocess.STDOUT if stdout is None else stdout, env=full_env, text=True)
-        self._threads = [threading.Thread(target=self._read_notify, daemon=True)]
-        if stdout is None:
-            self._threads.append(threading.Thread(target=self._read_log, daemon=True))
-        for t in self._threads:
-            t.start()
-
-    def _read_log(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cv:
-                self.raw.append(line.rstrip("\n"))
-                with contextlib.suppress(ValueError):
-                    record = json.loads(line)
-                    if isinstance(record, dict):
-                        self.events.append(record)
-                self._cv.notify_all()
-
-    def _read_notify(self) -> None:
-        while self.proc.poll() is None:
-            try:
-                data = self.sock.recv(65536)
-            except (TimeoutError, OSError):
-                continue
-            with self._cv:
-                self.notes.extend(data.decode().splitlines())
-                self._cv.notify_all()
-
-    def wait_for(self, what: str, pred: Callable[[], Any], timeout: float = DEADLINE_S) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while True:
-                got = pred()
-                if got:
-                    return got
-                if time.monotonic() > deadline or (self.proc.poll() is not None and not any(
-                        t.is_alive() for t in self._threads[1:])):
-                    got = pred()
-                    if got:
-                        return got
-                    tail = "\n".join(self.raw[-40:])
-                    pytest.fail(f"gave up waiting for {what}; daemon rc={self.proc.poll()}\n{tail}")
-                self._cv.wait(0.2)
-
-    def event(self, name: str, timeout: float = DEADLINE_S, **fields: Any) -> dict[str, Any]:
-        def find() -> dict[str, Any] | None:
-            return next((e for e in self.events if e.get("event") == name
-                         and all(e.get(k) == v for k, v in fields.items())), None)
-
-        result: dict[str, Any] = self.wait_for(name + repr(fields), find, timeout)
-        return result
-
-    def named(self, name: str) -> list[dict[str, Any]]:
-        with self._cv:
-            return [e for e in self.events if e.get("event") == name]
-
-    def notified(self, text: str, timeout: float = DEADLINE_S) -> None:
-        self.wait_for(f"{text} on NOTIFY_SOCKET", lambda: text in self.notes, timeout)
-
-    def exit_code(self, timeout: float = DEADLINE_S) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the daemon did not exit in time\n" + "\n".join(self.raw[-40:]))
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.exit_code()
-
-    def engine_pids(self) -> list[int]:
-        return [int(e["pid"]) for e in self.named("engine.spawned")]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for pid in self.engine_pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        self.sock.close()
-        shutil.rmtree(self.sock_dir, ignore_errors=True)
-
-
 @pytest.fixture
 def daemons() -> Iterator[list[Daemon]]:
     started: list[Daemon] = []
     yield started
     for d in started:
         d.close()
-
-
-def start(daemons: list[Daemon], workdir: Path, data: dict[str, Any], **kw: Any) -> Daemon:
-    d = Daemon(workdir, data, **kw)
-    daemons.append(d)
-    return d
 
 
 def wait_gone(pgids: list[int], timeout: float = DEADLINE_S) -> None:

@@ -112,6 +112,11 @@ def build_config(*, engine: str, python: str, model: str, port: int, metrics_por
     }
 
 
+# The supervisor logs from a writer thread: its `supervisor.ready` record can reach us a little
+# after READY=1 on the notify socket.
+LOG_LAG_S = 10.0
+
+
 def fail_profiles() -> list[dict[str, Any]]:
     return [
         {"name": "no-kv-room", "description": "Leaves no memory for the KV cache: fails at start.",
@@ -529,6 +534,8 @@ class E2E:
         try:
             reserve = (80 if self.o.throughput_ab else 200) if self.real else 20
             ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - reserve)
+            if ready:  # the JSON log (a writer thread) may trail the notify datagram a little
+                sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
             self.s1_ready_gate(sup, ready)
             if not ready:
                 for n in ("s2_throughput", "s4_restart_stop", "s5_doctor_metrics"):
@@ -836,6 +843,8 @@ class E2E:
         checks: list[dict[str, Any]] = []
         try:
             ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - 15)
+            if ready:
+                sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
             failed = sup.named("engine.failed")
             fallback = sup.named("profile.fallback")
             readies = sup.named("supervisor.ready")

@@ -804,7 +804,9 @@ class Lifecycle:
             if cur is not None:
                 cur.outcome = "ready"
             acts += self._cancel_timers()
-            acts += self._set_phase(Phase.READY, now)
+            # No STATUS= of its own: READY=1 carries the status in the same datagram, so systemd
+            # never shows "ready" while the unit is still activating.
+            acts += [a for a in self._set_phase(Phase.READY, now) if not isinstance(a, NotifyStatus)]
             acts.append(MarkGood(self.profile or "", cur.seconds(now) if cur else None))
             acts.append(Log("supervisor.ready", "info", {
                 "profile": self.profile, "attempt": self.attempt, "tok_s": _round(inp.tok_s, 1),

@@ -590,3 +590,15 @@ def test_a_crash_line_reported_as_crash_and_as_signature_is_one_failure() -> Non
                   EngineCrashed(241, None, "SIGQUIT received. It usually means one child failed."))
     lines = [a.fields["line"] for a in acts if isinstance(a, Log) and a.event == "engine.failure_line"]
     assert lines == [240, 241]
+
+
+def test_no_status_says_ready_before_ready_is_sent() -> None:
+    # systemd shows the last STATUS= while the unit is activating: "ready" must arrive with READY=1.
+    d = Driver()
+    d.start()
+    d.capture_all()
+    d.feed(HttpUp(4, None, "127.0.0.1", 30000), ServerReady(5, None))
+    acts = d.feed(ProbeOk(50.0))
+    ready_at = next(i for i, a in enumerate(acts) if isinstance(a, NotifyReady))
+    before = [a.text for a in acts[:ready_at] if isinstance(a, NotifyStatus)]
+    assert not any(t.startswith(("ready", "serving")) for t in before), before

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from system.sandbox import Sandbox
+from tiers import require
 
 pytestmark = pytest.mark.system
 
@@ -373,8 +374,7 @@ def test_purge_removes_state_configuration_and_virtualenv(box: Sandbox) -> None:
 
 
 def test_install_script_is_idempotent_and_uninstall_purges(box: Sandbox) -> None:
-    if shutil.which("python3") is None:
-        pytest.skip("no python3")
+    require(shutil.which("python3") is not None, "scripts/install.sh needs python3 on PATH")
     for _ in range(2):
         box.run(str(REPO / "scripts" / "install.sh"), timeout=600)
     assert box.prop(UNIT, "FragmentPath") == f"/usr/local/lib/systemd/system/{UNIT}"

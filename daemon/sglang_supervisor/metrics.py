@@ -357,7 +357,7 @@ class MetricsServer:
                 failure = self._task.exception()
                 raise MetricsServerError(f"metrics server failed to start: {failure!r}")
             await asyncio.sleep(0.01)
-        log.info("metrics_listening", url=self.url)
+        log.info("metrics.listening", url=self.url)
 
     async def stop(self) -> None:
         if self._server is None or self._task is None:

@@ -302,7 +302,7 @@ class StateStore:
         except (StateFormatError, ValueError, UnicodeDecodeError) as exc:
             self._quarantine(str(exc))
         except OSError as exc:
-            log.warning("state_unreadable", path=str(self.path), error=str(exc),
+            log.warning("state.unreadable", path=str(self.path), error=str(exc),
                         hint="starting without remembered good/bad profiles; check permissions")
 
     def _quarantine(self, reason: str) -> None:
@@ -312,7 +312,7 @@ class StateStore:
             moved: str | None = str(aside)
         except OSError:
             moved = None
-        log.warning("state_corrupt", path=str(self.path), moved_to=moved, reason=reason,
+        log.warning("state.corrupt", path=str(self.path), moved_to=moved, reason=reason,
                     hint="starting without remembered good/bad profiles; the old file is kept for inspection")
         self._state, self._signature = State(), None
 
@@ -342,12 +342,12 @@ class StateStore:
             message = f"{type(exc).__name__}: {exc}"
             if message != self._write_error:  # once per distinct error, not once per change
                 self._write_error = message
-                log.warning("state_write_failed", path=str(self.path), error=message,
+                log.warning("state.write_failed", path=str(self.path), error=message,
                             hint="remembered profiles live in memory only until the disk recovers")
             return False
         self._dirty = False
         if self._write_error is not None:
-            log.info("state_write_recovered", path=str(self.path))
+            log.info("state.write_recovered", path=str(self.path))
             self._write_error = None
         self._signature = self._stat_signature()
         return True

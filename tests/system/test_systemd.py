@@ -163,9 +163,9 @@ CRASHING_PROFILE_FAULT = "crash:capture"
 
 def engine_lines(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Forwarded engine output: native entries carry SOURCE=engine; a line that fell back to stdout
-    (journal socket busy) reads `engine_output source=engine ...` and keeps its priority prefix."""
+    (journal socket busy) reads `engine.output source=engine ...` and keeps its priority prefix."""
     return [e for e in entries if e.get("SOURCE") == "engine"
-            or str(e.get("MESSAGE", "")).startswith("engine_output source=engine")]
+            or str(e.get("MESSAGE", "")).startswith("engine.output source=engine")]
 
 
 def test_start_is_activating_while_capturing_and_active_after_the_first_probe(box: Sandbox) -> None:

@@ -149,7 +149,7 @@ def test_corrupt_file_is_moved_aside_with_a_warning(tmp_path: Path) -> None:
     with structlog.testing.capture_logs() as logs:
         store = StateStore(tmp_path)
     assert store.last_good(FP) is None
-    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    [warning] = [e for e in logs if e["event"] == "state.corrupt"]
     assert warning["log_level"] == "warning"
     aside = list(tmp_path.glob(f"{STATE_FILE}.corrupt-*"))
     assert len(aside) == 1
@@ -169,7 +169,7 @@ def test_a_full_disk_keeps_state_in_memory(tmp_path: Path, monkeypatch: pytest.M
     with structlog.testing.capture_logs() as logs:
         assert not store.mark_bad(FP, "primary", "hang", 1.0)
         assert not store.mark_good(FP, "eager", 1.0)
-    assert [e["event"] for e in logs].count("state_write_failed") == 1  # once, not once per change
+    assert [e["event"] for e in logs].count("state.write_failed") == 1  # once, not once per change
     assert store.last_good(FP) == "eager"
     assert "primary" in store.known_bad(FP, 1.0, DAY)
     assert StateStore(tmp_path).last_good(FP) == "primary"  # the file still holds the old, whole state

@@ -387,6 +387,8 @@ class ThroughputMonitor:
                     return None
                 ev = self._evaluate(True, obs)
         self.last_evaluation = ev
+        if self.metrics is not None:
+            self.metrics.set_ratio(ev.ratio)  # one number for /metrics and /status
         self.remediation = ev.state
         await self._deliver(ev)
         return ev.decision

@@ -248,6 +248,17 @@ def test_eager_fallback_is_explained_not_restarted(daemons, workdir, endpoints) 
     harness.stop_cleanly(d)
 
 
+def test_throughput_ratio_in_metrics_is_the_one_in_status(daemons, workdir, endpoints) -> None:
+    # One baseline probe, then an hour until the next: /status and /metrics must both say the
+    # first evaluation's ratio (the gauge stayed NaN while /status said 1.0).
+    d = harness.start(daemons, workdir, probing_config(workdir, interval_s=3600))
+    ep = endpoint(endpoints, d)
+    d.notified("READY=1")
+    ratio = wait_until("a ratio in /status", d, lambda: ep.status()["throughput"]["ratio"])
+    assert ep.value("sglang_supervisor_throughput_ratio") == pytest.approx(ratio)
+    harness.stop_cleanly(d)
+
+
 def test_promtool_check_metrics_is_clean_on_the_live_endpoint(daemons, workdir, endpoints) -> None:
     promtool = shutil.which("promtool")
     require(promtool is not None, "promtool not installed (Debian package prometheus)")

@@ -34,7 +34,8 @@ def logged_event_names() -> dict[str, list[str]]:
             if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
                 continue
             f = node.func
-            is_log = isinstance(f, ast.Attribute) and f.attr in LOG_METHODS and _logger_name(f.value) in LOGGERS
+            is_log = (isinstance(f, ast.Attribute) and f.attr in LOG_METHODS
+                      and _logger_name(f.value) in LOGGERS)
             is_action = isinstance(f, ast.Name) and f.id == "Log"
             if is_log or is_action:
                 found.setdefault(first.value, []).append(f"{path.relative_to(DAEMON)}:{node.lineno}")

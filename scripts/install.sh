@@ -58,7 +58,8 @@ fi
 # 2. the interpreter: a venv's bin/python is a link to it, so the unit (User=sglang, ProtectHome=yes)
 # must be able to run it; otherwise the unit fails with 203/EXEC while check/doctor pass as root.
 fix="use the system interpreter (the default: PYTHON=/usr/bin/python3; Debian: apt-get install python3 python3-venv)"
-real=$("$PY" -c 'import os, sys; print(os.path.realpath(sys.executable)); print(os.path.realpath(sys.base_prefix))') \
+# the path as given (a venv records it) and where it resolves to; the standard library's prefix
+real=$("$PY" -c 'import os, sys; print(os.path.realpath(sys.executable)); print(sys.executable); print(os.path.realpath(sys.base_prefix))') \
     || die "cannot run $PY; $fix"
 for p in $real; do
     case $p/ in

@@ -179,6 +179,32 @@ def test_broken_config_fails_with_78_and_is_not_restarted(box: Sandbox) -> None:
     assert "engine" in text  # the report names the offending key
 
 
+def test_a_credential_the_unit_does_not_load_names_load_credential_not_chmod(box: Sandbox) -> None:
+    # The operator's drop-in loads the key as "api-key", the YAML asks for "apikey": systemd's copy
+    # in $CREDENTIALS_DIRECTORY is not theirs to chmod; the fix is the LoadCredential= line.
+    name = "systestcred"
+    unit = f"sglang-supervisor@{name}.service"
+    key = ETC / f"{name}.key"
+    key.write_text("k\n")
+    key.chmod(0o600)
+    cfg = demo_config()
+    cfg["name"] = name
+    cfg["engine"]["api_key_credential"] = "apikey"
+    (ETC / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    box.dropin(unit, "50-systest", TEST_DROPIN + f"LoadCredential=api-key:{key}\n")
+    try:
+        box.systemctl("start", unit, check=False, timeout=START_S)
+        box.wait_for("the unit to fail", lambda: box.prop(unit, "ActiveState") == "failed", 60)
+        assert box.prop(unit, "ExecMainStatus") == "78"
+        text = " ".join(str(e.get("MESSAGE", "")) for e in box.journal(unit=unit))
+    finally:
+        box.systemctl("reset-failed", unit, check=False)
+        (ETC / f"{name}.yaml").unlink()
+        key.unlink()
+    assert "engine.api_key_credential" in text and "LoadCredential=apikey:" in text, text
+    assert "chmod" not in text, text
+
+
 # ---------------------------------------------------------------------------------- lifecycle
 # The first profile crashes during CUDA graph capture (a simulator fault): the journal then holds an
 # engine traceback (priority err) and the supervisor falls back to the next profile by itself.

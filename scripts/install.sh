@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --add-model) [ $# -ge 2 ] || die "--add-model needs a NAME"; model=$2; shift 2 ;;
         --from) [ $# -ge 2 ] || die "--from needs a FILE"; from=$2; shift 2 ;;
-        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done

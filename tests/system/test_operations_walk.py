@@ -256,7 +256,7 @@ def run_step(walk: Walk, step: Step) -> None:
         return
     # ---- state the guide assumes
     if cmd.startswith("systemctl reset-failed sglang-qwen") and box.prop(
-            "sglang-qwen.service", "LoadState") != "loaded":
+            "sglang-qwen.service", "ActiveState") == "inactive":
         # an inactive unit nothing pulls in (the sandbox boots no multi-user.target) is unloaded;
         # the guide means a loaded unit after a start-limit-hit
         run("systemctl start sglang-qwen")
@@ -267,8 +267,6 @@ def run_step(walk: Walk, step: Step) -> None:
         run(typed)
         run("systemctl stop sglang-supervisor@llama")
         return
-    if cmd.startswith("sglang-model remove llama"):
-        run("systemctl disable --now sglang-llama")  # as the guide says: stop it first
     # ---- everything else: as written
     out = run()
     for check in CHECKS.get(cmd, ()):

@@ -338,7 +338,8 @@ def finish(walk: Walk) -> None:
             proc = walk.sh(typed, input="y\n")
             # the operator's files stay (qwen.key from section 2, llama.yaml from section 5)
             assert not (ETC / "qwen.yaml").exists()
-            assert "kept /etc/sglang-supervisor: it holds files you added" in proc.stderr, proc.stderr
+            said = proc.stdout + proc.stderr  # apt passes the maintainer scripts' output on stdout
+            assert "kept /etc/sglang-supervisor: it holds files you added: llama.yaml qwen.key" in said, said
             walk.ran.append(f"{step.line}: {typed}")
         elif "install.sh" in typed:
             walk.sh(typed, timeout=900)

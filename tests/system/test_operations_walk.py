@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -32,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import Sandbox
+from system.sandbox import Sandbox, allow_service_actions, unavailable_reason
 from tiers import require
 
 pytestmark = pytest.mark.system
@@ -351,22 +352,33 @@ def finish(walk: Walk) -> None:
 
 
 @pytest.fixture
-def clean_host(sandbox: Sandbox, deb: Path) -> Iterator[Sandbox]:
-    status = sandbox.run("dpkg-query", "-W", "-f=${Status}", "sglang-supervisor", check=False).stdout
+def clean_host(deb: Path) -> Iterator[Sandbox]:
+    """A systemd of its own (the walk's journal and units must not meet the other system tests'),
+    on a host without the package."""
+    reason = unavailable_reason()
+    require(reason is None, f"systemd sandbox unavailable: {reason}")
+    status = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "sglang-supervisor"], capture_output=True,
+                            text=True, check=False).stdout
     require(not status.endswith(" installed"),
-            "the package is installed (another test of this session?): the walk starts on a clean host")
-    yield sandbox
-    for unit in ("sglang-qwen", "sglang-llama", "sglang-sim", "sglang-supervisor@llama"):
-        sandbox.run("systemctl", "disable", "--now", unit, check=False)
-    sandbox.run("dpkg", "--purge", "sglang-supervisor", check=False, timeout=300)
-    sandbox.run(str(REPO / "scripts" / "uninstall.sh"), "--purge", check=False, timeout=300)
-    with contextlib.suppress(OSError):
-        Path("/etc/systemd/system/sglang-qwen.service.d/override.conf").unlink()
-        Path("/etc/systemd/system/sglang-qwen.service.d").rmdir()
-    for name in ("qwen.key", "llama.yaml", "sim.yaml"):
-        (ETC / name).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        ETC.rmdir()
+            "the package is installed (another test?): the walk starts on a clean host")
+    box = Sandbox(f"sglang-walk-{os.getpid()}")
+    box.up()
+    try:
+        allow_service_actions(box)
+        yield box
+    finally:
+        for unit in ("sglang-qwen", "sglang-llama", "sglang-sim", "sglang-supervisor@llama"):
+            box.run("systemctl", "disable", "--now", unit, check=False)
+        box.run("dpkg", "--purge", "sglang-supervisor", check=False, timeout=300)
+        box.run(str(REPO / "scripts" / "uninstall.sh"), "--purge", check=False, timeout=300)
+        box.down()
+        with contextlib.suppress(OSError):
+            Path("/etc/systemd/system/sglang-qwen.service.d/override.conf").unlink()
+            Path("/etc/systemd/system/sglang-qwen.service.d").rmdir()
+        for name in ("qwen.key", "llama.yaml", "sim.yaml"):
+            (ETC / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            ETC.rmdir()
 
 
 def test_guide_commands_are_extracted_in_order() -> None:

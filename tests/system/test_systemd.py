@@ -202,7 +202,7 @@ def test_a_credential_the_unit_does_not_load_names_load_credential_not_chmod(box
         (ETC / f"{name}.yaml").unlink()
         key.unlink()
     assert "engine.api_key_credential" in text and "LoadCredential=apikey:" in text, text
-    assert "chmod" not in text, text
+    assert "chmod 600" not in text, text  # the file hint; the credential hint says no chmod is needed
 
 
 # ---------------------------------------------------------------------------------- lifecycle

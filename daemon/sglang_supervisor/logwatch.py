@@ -246,6 +246,8 @@ class LogParser:
         stripped = text.strip()
         if not stripped:
             return []
+        if stripped == P.KILLED_LINE:
+            return self._crash(stripped, None, line_no)
         if self._block is not None:
             return self._in_block(text, stripped, line_no)
         if _is_progress(stripped):
@@ -281,11 +283,12 @@ class LogParser:
             ev = self._capture(msg, rank, line_no)
             if ev is not None:
                 return [ev]
-        if P.SCHEDULER_EXCEPTION in msg or msg.startswith(P.TRACEBACK_START):
+        tp_exception = msg.startswith(P.TP_EXCEPTIONS)
+        if P.SCHEDULER_EXCEPTION in msg or msg.startswith(P.TRACEBACK_START) or tp_exception:
             if self._block is not None and msg.startswith(P.TRACEBACK_START):
                 return [TracebackLine(line_no, rank, self._redact(msg))]  # a chained traceback
             closed = self._close_block()
-            self._block = _Block(line_no, rank, scheduler=P.SCHEDULER_EXCEPTION in msg)
+            self._block = _Block(line_no, rank, scheduler=P.SCHEDULER_EXCEPTION in msg or tp_exception)
             self._scan_block_line(msg, line_no)
             return [*closed, TracebackLine(line_no, rank, self._redact(msg))]
         if P.EXCEPTION_LINE.match(msg):
@@ -311,7 +314,8 @@ class LogParser:
         if P.KV_KEY in msg:
             m = P.KV.search(msg)
             if m is not None:
-                return [KVCacheAllocated(line_no, rank, int(m.group("tokens")))]
+                tokens = m.group("tokens")
+                return [KVCacheAllocated(line_no, rank, int(tokens) if tokens else None)]
         if P.PREFILL_DISABLED_KEY in msg:
             m = P.PREFILL_DISABLED.search(msg)
             if m is not None:
@@ -677,6 +681,10 @@ def root_failure(events: Sequence[EngineEvent]) -> EngineFailed | None:
     return min(cluster, key=lambda f: (P.FAILURE_RANK.get(f.failure, 9), f.line_no))
 
 
+# Lines only the scheduler / model runner print: with no rank prefix on them, tp_size is 1.
+_SCHEDULER_EVENTS = (WeightsLoadBegan, WeightsLoaded, KVCacheAllocated, CaptureBegan, CaptureEnded,
+                     SchedulerReady, DecodeStats, PrefillStats)
+
 _PHASES = ("launching", "loading_weights", "capturing_graphs", "warming_up", "ready", "serving")
 
 
@@ -693,7 +701,10 @@ def summarize(events: Sequence[EngineEvent]) -> LogSummary:
     gen: float | None = None
     inp: float | None = None
     decode_graph: bool | None = None
+    unranked_scheduler = False
     for e in events:
+        if e.rank is None and isinstance(e, _SCHEDULER_EVENTS):
+            unranked_scheduler = True
         if e.rank and "TP" in e.rank:
             digits = e.rank.rsplit("TP", 1)[1].split()[0]
             if digits.isdigit():
@@ -736,19 +747,29 @@ def summarize(events: Sequence[EngineEvent]) -> LogSummary:
     )
     if tp_size is None and max_tp >= 0:
         tp_size = max_tp + 1
+    elif tp_size is None and unranked_scheduler:
+        tp_size = 1  # SGLang prefixes scheduler lines with a rank only when tp_size > 1
+    failure = None if root is None else {"class": root.failure.value, "message": root.message,
+                                         "line": root.line_no}
+    fix = None if root is None else P.FIX_HINTS.get(root.failure)
+    if failure is None and crashed:
+        # A sigquit / `Killed` with no cause printed: the crash is the failure we can name.
+        first = next(e for e in events if isinstance(e, EngineCrashed))
+        failure = {"class": FailureClass.CHILD_CRASHED.value, "message": first.message,
+                   "line": first.line_no}
+        fix = P.FIX_HINTS[FailureClass.CHILD_CRASHED]
     return LogSummary(
         ready=ready,
         phase=_PHASES[phase],
         tp_size=tp_size,
         capture={"began": began, "completed": began and not open_caps, "failed": failed_capture,
                  "events": cap_events},
-        failure=None if root is None else {"class": root.failure.value, "message": root.message,
-                                           "line": root.line_no},
+        failure=failure,
         crashed=crashed,
         last_gen_throughput=gen,
         last_input_throughput=inp,
         decode_cuda_graph=decode_graph,
-        fix=None if root is None else P.FIX_HINTS.get(root.failure),
+        fix=fix,
     )
 
 

@@ -38,6 +38,7 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
+from sglang_supervisor.logframing import unframe
 
 MAX_LINE_BYTES = 64 * 1024
 TRUNCATED_MARK = " [...line cut by sglang-supervisor]"
@@ -203,12 +204,15 @@ class LogParser:
         if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
             self._prev_unmatched = (line_no, rank, msg)
             return []
+        # A stats line may go on in the next line (a terminal wrapped it): keep it for a join.
         if P.DECODE_KEY in msg:
-            self._prev_unmatched = None
-            return [_decode_stats(msg, rank, line_no)]
+            stats: EngineEvent = _decode_stats(msg, rank, line_no)
+            self._prev_unmatched = (line_no, rank, msg)
+            return [stats]
         if P.PREFILL_KEY in msg:
-            self._prev_unmatched = None
-            return [_prefill_stats(msg, rank, line_no)]
+            stats = _prefill_stats(msg, rank, line_no)
+            self._prev_unmatched = (line_no, rank, msg)
+            return [stats]
         return self._message(msg, rank, line_no, headed=True)
 
     def finish(self) -> list[EngineEvent]:
@@ -219,6 +223,8 @@ class LogParser:
     def _parse(self, text: str, line_no: int) -> list[EngineEvent]:
         if "\x1b" in text:
             text = P.ANSI.sub("", text)
+        if not text.startswith("["):
+            text = unframe(text)  # a viewer's borders or a wrapper's prefix (logframing)
         events: list[EngineEvent] = []
         m = P.HEADER.match(text)
         if m is None and "[" in text:
@@ -262,13 +268,16 @@ class LogParser:
             joined = self._message(prev_msg + stripped, prev_rank, prev_no, headed=True)
             if not joined:
                 joined = self._message(prev_msg + " " + stripped, prev_rank, prev_no, headed=True)
+            elif isinstance(joined[0], (DecodeStats, PrefillStats)):
+                self._prev_unmatched = (prev_no, prev_rank, prev_msg + stripped)  # more rows may follow
             return joined
         return events
 
     def _message(self, msg: str, rank: str | None, line_no: int, *, headed: bool) -> list[EngineEvent]:
         events = self._recognise(msg, rank, line_no)
-        if headed:
-            self._prev_unmatched = None if events else (line_no, rank, msg)
+        if headed:  # stats lines stay joinable: a terminal may have wrapped them (see _headed)
+            stats = bool(events) and isinstance(events[0], (DecodeStats, PrefillStats))
+            self._prev_unmatched = None if events and not stats else (line_no, rank, msg)
         return events
 
     def _recognise(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:

@@ -152,6 +152,7 @@ class _Block:
     oom: bool = False
     best: tuple[FailureClass, int, str] | None = None
     last_exception: tuple[int, str] | None = None
+    cut_frame: str | None = None  # a `File "..."` line a terminal wrapped before its `, in f`
 
 
 @dataclass
@@ -261,23 +262,24 @@ class LogParser:
         if stripped.startswith(P.TRACEBACK_START) or P.EXCEPTION_LINE.match(stripped):
             return self._message(stripped, None, line_no, headed=False)
         events = self._message(stripped, None, line_no, headed=False)
-        if not events and self._prev_unmatched is not None and not text[:1].isspace():
+        prev = self._prev_unmatched
+        # An indented line is a traceback's, except after a stats line: there it is the rest of
+        # the line, wrapped at a space.
+        if not events and prev is not None and (not text[:1].isspace() or _is_stats_line(prev[2])):
             # A long line wrapped by a terminal: parse it joined with the line before.
-            prev_no, prev_rank, prev_msg = self._prev_unmatched
+            prev_no, prev_rank, prev_msg = prev
             self._prev_unmatched = None
-            joined = self._message(prev_msg + stripped, prev_rank, prev_no, headed=True)
+            rest = text.rstrip()
+            joined = self._message(prev_msg + rest, prev_rank, prev_no, headed=True)
             if not joined:
                 joined = self._message(prev_msg + " " + stripped, prev_rank, prev_no, headed=True)
-            elif isinstance(joined[0], (DecodeStats, PrefillStats)):
-                self._prev_unmatched = (prev_no, prev_rank, prev_msg + stripped)  # more rows may follow
             return joined
         return events
 
     def _message(self, msg: str, rank: str | None, line_no: int, *, headed: bool) -> list[EngineEvent]:
         events = self._recognise(msg, rank, line_no)
         if headed:  # stats lines stay joinable: a terminal may have wrapped them (see _headed)
-            stats = bool(events) and isinstance(events[0], (DecodeStats, PrefillStats))
-            self._prev_unmatched = None if events and not stats else (line_no, rank, msg)
+            self._prev_unmatched = None if events and not _may_go_on(events[0]) else (line_no, rank, msg)
         return events
 
     def _recognise(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
@@ -402,7 +404,12 @@ class LogParser:
     def _scan_block_line(self, line: str, line_no: int) -> None:
         block = self._block
         assert block is not None
+        if block.cut_frame is not None:
+            line = block.cut_frame + line  # the rest of a wrapped frame line
+            block.cut_frame = None
         if line.startswith("File "):
+            if ", in " not in line:
+                block.cut_frame = line[:2000]
             low = line.lower()
             if any(w in low for w in P.CAPTURE_FRAME_WORDS):
                 block.capture_frames = True
@@ -482,6 +489,17 @@ _bracket_header = P.BRACKET_HEADER.match
 _signature_gate = re.compile("|".join(map(re.escape, P.SIGNATURE_GATE))).search
 _secret_key = re.compile("|".join(map(re.escape, P.SECRET_ARG_KEYS))).search
 _header = P.HEADER.match
+
+
+def _is_stats_line(msg: str) -> bool:
+    return P.DECODE_KEY in msg or P.PREFILL_KEY in msg or P.SERVER_ARGS_KEY in msg
+
+
+def _may_go_on(event: EngineEvent) -> bool:
+    """Read from a line that a terminal may have wrapped: the next rows may complete it."""
+    if isinstance(event, ServerArgsSeen):
+        return not event.args  # the dump's closing `)` not seen yet
+    return isinstance(event, (DecodeStats, PrefillStats))
 
 
 def _is_progress(text: str) -> bool:

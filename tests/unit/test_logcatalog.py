@@ -72,6 +72,8 @@ TRACEBACK = ('Traceback (most recent call last):\n  File "/sgl/srt/managers/sche
 # Sample values for the f-string fields of the templates, by the field's expression.
 SAMPLES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"iter_msg"), ""),
+    (re.compile(r"graph_backend\["), "npu graph"),  # `cuda graph` on NVIDIA/AMD, `npu graph` on Ascend
+    (re.compile(r"'cuda graph'"), "cuda graph"),  # 0.5.3: `'cpu graph' if device == 'cpu' else ...`
     (re.compile(r"token_usage_msg|token_msg"), "#token: 5210, token usage: 0.02, "),
     (re.compile(r"graph$"), "True"),
     (re.compile(r"traceback"), TRACEBACK),

@@ -39,18 +39,24 @@ KV = re.compile(r"(?:^|\s)(?:Full |SWA )?KV Cache is allocated\.(?: .*?#tokens: 
 # -- graphs --------------------------------------------------------------------------------------
 CAPTURE_KEY = "apture "
 CAPTURE = re.compile(
-    r"Capture (?P<owner>target|draft) (?P<phase>prefill|decode|verify|extend) (?:CUDA|CPU|NPU|XPU|MUSA) "
+    r"Capture (?P<owner>target|draft) (?P<phase>prefill|decode|verify|extend) "
+    r"(?:CUDA|CPU|NPU|XPU|MUSA|cuda|cpu|npu|xpu|musa) "  # decode: the device's lower-case name
     r"graph (?P<state>begin|end)\.(?: backend=(?P<backend>\w+))?(?:.*?elapsed=(?P<elapsed>[\d.]+) s)?"
     r"(?:.*?mem usage=(?P<usage>[\d.]+) GB)?"
 )
 # <=0.5.13: decode graph, piecewise (prefill) graph, draft graphs.
 LEGACY_CAPTURE = re.compile(
-    r"Capture (?P<what>cuda|piecewise CUDA|draft cuda|draft extend cuda) graph (?P<state>begin|end)"
+    r"Capture (?P<what>cuda|npu|cpu|musa|xpu|piecewise CUDA|draft cuda|draft extend cuda) graph "
+    r"(?P<state>begin|end)"
     r"(?: \(step \d+\))?\."  # 0.5.9-0.5.13 multi-layer draft extend: `begin (step 2).`
     r"(?:.*?Time elapsed: (?P<elapsed>[\d.]+) s)?(?:.*?mem usage=(?P<usage>[\d.]+) GB)?"
 )
 LEGACY_KINDS = {
     "cuda": ("target", "legacy"),
+    "npu": ("target", "legacy"),  # Ascend (0.5.x: `Capture npu graph begin.`)
+    "cpu": ("target", "legacy"),
+    "musa": ("target", "legacy"),
+    "xpu": ("target", "legacy"),
     "piecewise CUDA": ("target", "piecewise"),
     "draft cuda": ("draft", "legacy"),
     "draft extend cuda": ("draft", "extend"),

@@ -158,3 +158,10 @@ def test_explain_without_a_config_says_how_to_name_one(
                      str(FIX / "failures" / "kv_oom.log")]) == 0
     out = capsys.readouterr().out
     assert "kv_cache_oom at line" in out and "pass --config FILE" in out
+
+
+def test_json_keys_are_documented() -> None:
+    """docs/LOGSCAN.md is the contract: every key logscan prints has a row there."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "LOGSCAN.md").read_text()
+    for key in [*KEYS, "explain"]:
+        assert f"| `{key}` |" in doc, key

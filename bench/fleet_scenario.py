@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ class Watcher(threading.Thread):
         with self._cv:
             points = [(t, url in urls) for t, urls in self.samples if since <= t <= until]
         out = 0.0
-        for (t0, healthy), (t1, _) in zip(points, points[1:], strict=False):
+        for (t0, healthy), (t1, _) in itertools.pairwise(points):
             if not healthy:
                 out += t1 - t0
         return out

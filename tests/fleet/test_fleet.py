@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import fleet_scenario  # noqa: E402
+import fleet_scenario
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(900)]
 

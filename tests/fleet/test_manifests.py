@@ -51,7 +51,8 @@ def test_the_deployment_matches_the_supervisor_config() -> None:
     assert ports["engine"] == config.engine.port
     assert ports["supervisor"] == int(config.metrics.address.rsplit(":", 1)[1])
     assert config.metrics.address.startswith("0.0.0.0:")  # the kubelet probes the pod's IP
-    for probe, path in (("startupProbe", "/readyz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+    probes = (("startupProbe", "/readyz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/livez"))
+    for probe, path in probes:
         assert c[probe]["httpGet"] == {"path": path, "port": "supervisor"}, probe
     t = config.timeouts
     gateway_drain = config.gateway.drain_s if config.gateway.enabled else 0.0

@@ -113,12 +113,20 @@ class GatewayAgent:
     async def drain(self, reason: str, load: LoadReader) -> None:
         """Before a planned stop: deregister, wait until the gateway no longer routes to us and
         the engine has nothing in flight -- all within gateway.drain_s, then return."""
+        registering = self._register_task is not None and not self._register_task.done()
         self._cancel_register()
         began = time.monotonic()
         deadline = began + self.settings.drain_s
-        if self.worker_id is not None:
-            await self._deregister()
-            await self._await_removal(deadline)
+        if self.worker_id is None and registering:
+            # A POST may have reached the gateway before we cancelled it: find our id by URL.
+            await self._adopt_listed_id()
+        if self.worker_id is None:
+            # Never in the gateway's list (not READY yet, or the gateway was down): no gateway
+            # traffic to wait for; a stop during startup must not sit out drain_s.
+            log.info("gateway.drain_skipped", reason=reason, why="not registered")
+            return
+        await self._deregister()
+        await self._await_removal(deadline)
         result = await self._await_idle(load, deadline)
         seconds = round(time.monotonic() - began, 3)
         self.metrics.drains.labels(result).inc()
@@ -189,6 +197,13 @@ class GatewayAgent:
                 return
             failures += 1
             await asyncio.sleep(backoff_s(failures, max_s=self.settings.retry_max_s))
+
+    async def _adopt_listed_id(self) -> None:
+        answer = await self.client.workers()
+        self._count("list", answer)
+        if answer.ok:
+            self.worker_id = next((w.worker_id for w in answer.workers
+                                   if w.url == self.engine_url and w.worker_id), None)
 
     async def _deregister(self) -> None:
         wid = self.worker_id

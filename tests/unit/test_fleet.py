@@ -223,3 +223,20 @@ def test_a_gateway_that_never_answers_costs_bounded_time(tmp_path: Path) -> None
     reg = asyncio.run(go())
     assert calls(reg, "deregister", "timeout") == 1
     assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "drained"}) == 1
+
+
+def test_a_stop_before_any_registration_does_not_sit_out_drain_s(tmp_path: Path) -> None:
+    gw = FakeGateway()
+
+    async def unknown() -> int | None:
+        return None  # an engine still loading has no HTTP yet
+
+    async def go() -> CollectorRegistry:
+        a, reg = agent(tmp_path, gw, drain_s=600.0)
+        await asyncio.wait_for(a.drain("signal", unknown), 5)  # far less than drain_s
+        await a.aclose()
+        return reg
+
+    reg = asyncio.run(go())
+    assert gw.calls == []
+    assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "load_unknown"}) == 0

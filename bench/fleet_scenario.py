@@ -190,11 +190,12 @@ class Report:
     health_interval_s: float = HEALTH_INTERVAL_S
 
 
-def replica_config(workdir: Path, gateway_url: str, *faults: str) -> dict[str, Any]:
+def replica_config(workdir: Path, gateway_url: str | None, *faults: str) -> dict[str, Any]:
     data = base_config(workdir, *faults)
     data["engine"]["model_path"] = str(MODEL)
     data["metrics"] = {"enabled": True, "address": "127.0.0.1:0"}
-    data["gateway"] = {"url": gateway_url, "timeout_s": 2.0, "drain_s": 15.0, "retry_max_s": 2.0}
+    if gateway_url is not None:
+        data["gateway"] = {"url": gateway_url, "timeout_s": 2.0, "drain_s": 15.0, "retry_max_s": 2.0}
     return data
 
 
@@ -204,19 +205,32 @@ def _ready_after(d: Daemon, count: int) -> float:
     return time.monotonic()
 
 
-def run_scenario(router_python: str, workdir: Path) -> Report:
+def run_scenario(router_python: str, workdir: Path, *, control: bool = False) -> Report:
+    """`control`: the replicas know nothing of the gateway (no `gateway:` section); the scenario
+    registers each one itself after READY, as a static worker list would, and nobody drains."""
     env = {"HF_HUB_OFFLINE": "1"}
     gw = Gateway(router_python, workdir)
+    gw_url = None if control else gw.url
+
+    def joined(d: Daemon, count: int, url: str) -> float:
+        ready = _ready_after(d, count)
+        if control:
+            req = urllib.request.Request(gw.url + "/workers", data=json.dumps({"url": url}).encode(),
+                                         headers={"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                r.read()
+        return ready
+
     daemons: list[Daemon] = []
     client: Client | None = None
     watcher = Watcher(gw)
     try:
         (workdir / "b").mkdir()
-        b_cfg = replica_config(workdir / "b", gw.url)
+        b_cfg = replica_config(workdir / "b", gw_url)
         b = Daemon(workdir / "b", b_cfg, env=env)
         daemons.append(b)
         b_url = f"http://127.0.0.1:{b_cfg['engine']['port']}"
-        _ready_after(b, 1)
+        joined(b, 1, b_url)
         watcher.start()
         watcher.wait_healthy(b_url, 0.0)
         client = Client(gw.url)
@@ -232,12 +246,12 @@ def run_scenario(router_python: str, workdir: Path) -> Report:
 
         # 1. A starts; its first profile's prefill capture fails; it falls back, then serves.
         (workdir / "a").mkdir()
-        a_cfg = replica_config(workdir / "a", gw.url, "capture-fail:prefill")
+        a_cfg = replica_config(workdir / "a", gw_url, "capture-fail:prefill")
         a_url = f"http://127.0.0.1:{a_cfg['engine']['port']}"
         before, began = gw.retries(), time.monotonic()
         a = Daemon(workdir / "a", a_cfg, env=env)
         daemons.append(a)
-        ready = _ready_after(a, 1)
+        ready = joined(a, 1, a_url)
         a.wait_for("a fallback launch", lambda: any(str(e.get("reason", "")).startswith("fallback")
                                                     for e in a.named("engine.launch")), 5)
         measure(Event("A falls back (capture fault) and joins", "A", True), a_url, began, ready, before)
@@ -249,7 +263,7 @@ def run_scenario(router_python: str, workdir: Path) -> Report:
             raise RuntimeError("replica B did not exit 0 on SIGTERM")
         b = Daemon(workdir / "b", b_cfg, env=env)
         daemons.append(b)
-        ready = _ready_after(b, 1)
+        ready = joined(b, 1, b_url)
         measure(Event("B SIGTERM, started again", "B", True), b_url, began, ready, before)
 
         # 3. A: a reload that changes the engine's command.
@@ -258,14 +272,14 @@ def run_scenario(router_python: str, workdir: Path) -> Report:
         a_cfg["engine"]["args"]["max-running-requests"] = 12
         a.write_config(a_cfg)
         a.proc.send_signal(signal.SIGHUP)
-        ready = _ready_after(a, 2)
+        ready = joined(a, 2, a_url)
         measure(Event("A reload, command changed", "A", True), a_url, began, ready, before)
 
         # 4. B's engine crashes (unplanned: the gateway may retry what was in flight there).
         time.sleep(2)
         before, began = gw.retries(), time.monotonic()
         os.killpg(b.engine_pids()[-1], signal.SIGKILL)
-        ready = _ready_after(b, 2)
+        ready = joined(b, 2, b_url)
         measure(Event("B engine crash (SIGKILL)", "B", False), b_url, began, ready, before)
 
         time.sleep(1)
@@ -281,14 +295,9 @@ def run_scenario(router_python: str, workdir: Path) -> Report:
         gw.close()
 
 
-def markdown(r: Report, cold_s: float | None, scenario_s: float) -> str:
+def table(title: str, r: Report) -> list[str]:
     lines = [
-        "## Fleet: drain and re-registration behind the SGLang Model Gateway",
-        "",
-        "`bench/fleet_scenario.py` (also the `fleet` test tier): two supervised simulators behind a real "
-        f"sglang-router gateway (health check every {r.health_interval_s:g} s), one request every "
-        f"{CLIENT_PERIOD_S * 1000:.0f} ms through the gateway during four events. "
-        f"Client requests: {r.requests_ok} succeeded, **{len(r.client_errors)} failed**.",
+        f"{title}: client requests {r.requests_ok} succeeded, **{len(r.client_errors)} failed**.",
         "",
         "| event | planned | gateway retries | out of rotation (s) | READY → healthy in gateway (s) |",
         "|---|---|---|---|---|",
@@ -296,22 +305,42 @@ def markdown(r: Report, cold_s: float | None, scenario_s: float) -> str:
     for e in r.events:
         lines.append(f"| {e.name} | {'yes' if e.planned else 'no'} | {e.retries:g} | "
                      f"{e.out_of_rotation_s:.1f} | {e.ready_to_rotation_s:.1f} |")
-    lines += ["", f"Scenario wall time {scenario_s:.0f} s"
-              + (f"; the router venv's cold install {cold_s:.0f} s (cached afterwards)." if cold_s else "."),
-              ""]
+    return [*lines, ""]
+
+
+def markdown(r: Report, control: Report | None = None) -> str:
+    lines = [
+        "## Fleet: drain and re-registration behind the SGLang Model Gateway",
+        "",
+        "`bench/fleet_scenario.py` (the same scenario is the `fleet` test tier): two supervised "
+        "simulators behind a real sglang-router gateway on 127.0.0.1 (health check every "
+        f"{r.health_interval_s:g} s), one request every {CLIENT_PERIOD_S * 1000:.0f} ms through the "
+        "gateway while A starts and falls back, B gets SIGTERM and starts again, A reloads with a "
+        "changed command and B's engine is SIGKILLed. \"Out of rotation\" is the time the replica "
+        "was missing from the healthy workers of `GET /workers`; \"READY → healthy\" is from the "
+        "supervisor's READY to the first healthy listing.",
+        "",
+        *table("With `gateway:` (register after READY, deregister and drain before planned stops)", r),
+    ]
+    if control is not None:
+        lines += table("Control, without `gateway:` (the replicas registered once after READY, as a "
+                       "static worker list would; nobody deregisters or drains)", control)
     return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--router-python", default=str(ROUTER_VENV / "bin" / "python"))
+    ap.add_argument("--control", action="store_true",
+                    help="also run the control scenario (replicas without `gateway:`)")
     args = ap.parse_args()
-    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fleet-") as tmp:
         report = run_scenario(args.router_python, Path(tmp))
-    times = ROOT / ".cache" / "fleet" / "build-times.json"
-    cold = json.loads(times.read_text()).get("router") if times.exists() else None
-    print(markdown(report, cold, time.monotonic() - began))
+    control = None
+    if args.control:
+        with tempfile.TemporaryDirectory(prefix="fleet-control-") as tmp:
+            control = run_scenario(args.router_python, Path(tmp), control=True)
+    print(markdown(report, control))
     for err in report.client_errors:
         print("client error:", err, file=sys.stderr)
     return 0 if not report.client_errors else 1

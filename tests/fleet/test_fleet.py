@@ -28,7 +28,7 @@ SLACK_S = 1.0
 
 def test_planned_events_cost_no_request_and_no_retry(router_python: str, tmp_path: Path) -> None:
     report = fleet_scenario.run_scenario(router_python, tmp_path)
-    print(fleet_scenario.markdown(report, None, 0.0))
+    print(fleet_scenario.markdown(report))
     assert report.client_errors == []
     assert report.requests_ok > 100  # the client really ran through all four events
     assert [e.name for e in report.events] == [

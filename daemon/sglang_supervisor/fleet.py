@@ -75,7 +75,7 @@ class GatewayMetrics:
 class GatewayAgent:
     def __init__(self, settings: GatewaySettings, engine_url: str, state_dir: str,
                  registry: CollectorRegistry, *, api_key: str | None,
-                 client: GatewayClient | None = None) -> None:
+                 engine_api_key: str | None = None, client: GatewayClient | None = None) -> None:
         assert settings.url is not None
         self.settings = settings
         self.gateway_url = settings.url
@@ -83,6 +83,7 @@ class GatewayAgent:
         self.record_path = Path(state_dir) / RECORD_FILE
         self.metrics = GatewayMetrics(registry)
         self.client = client or GatewayClient(settings.url, api_key=api_key, timeout_s=settings.timeout_s)
+        self.engine_api_key = engine_api_key
         self.worker_id: str | None = None
         self.last_problem: str | None = None
         self._warned: set[str] = set()  # ops warned about in the current failure streak
@@ -186,7 +187,7 @@ class GatewayAgent:
             await asyncio.wait([self._stale_task])
         failures = 0
         while True:
-            answer = await self.client.add_worker(self.engine_url)
+            answer = await self.client.add_worker(self.engine_url, self.engine_api_key)
             self._count("register", answer)
             if answer.ok and answer.worker_id is not None:
                 self.worker_id = answer.worker_id

@@ -6,7 +6,8 @@ and the whole answer) and every answer a size cap; anything unexpected becomes a
 log, never an exception.
 
 The API, as the gateway serves it (checked against sglang-router 0.3.2):
-  POST   /workers {"url": U}   202 {"worker_id": ID, ...}  (asynchronous; the same URL gives the same ID)
+  POST   /workers {"url": U[, "api_key": K]}
+                               202 {"worker_id": ID, ...}  (asynchronous; the same URL gives the same ID)
   GET    /workers              200 {"workers": [{"id": ID, "url": U, "is_healthy": bool, ...}], ...}
   DELETE /workers/{ID}         202 (asynchronous); 404 for an ID it does not know
 Parsing is pure (`parse_add`, `parse_remove`, `parse_workers`) so each odd answer has a unit test.
@@ -143,8 +144,13 @@ class GatewayClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def add_worker(self, engine_url: str) -> GatewayAnswer:
-        answer = await self._call("POST", "/workers", {"url": engine_url})
+    async def add_worker(self, engine_url: str, engine_api_key: str | None = None) -> GatewayAnswer:
+        """Register `engine_url`; with the engine's API key, so the gateway can call it (the key
+        goes in the body, the gateway's `WorkerConfigRequest.api_key`; never into a log)."""
+        body: dict[str, Any] = {"url": engine_url}
+        if engine_api_key:
+            body["api_key"] = engine_api_key
+        answer = await self._call("POST", "/workers", body)
         return answer if isinstance(answer, GatewayAnswer) else parse_add(*answer)
 
     async def remove_worker(self, worker_id: str) -> GatewayAnswer:

@@ -460,7 +460,7 @@ class Supervisor:
         gw = self.config.gateway
         if gw.enabled:
             self._fleet = GatewayAgent(gw, self.base_url, self.config.state_dir, self.metrics.registry,
-                                       api_key=self.prep.gateway_key)
+                                       api_key=self.prep.gateway_key, engine_api_key=self.prep.api_key)
             self._fleet.start()
 
     async def _beat(self) -> None:

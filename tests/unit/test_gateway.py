@@ -87,6 +87,24 @@ def test_client_sends_the_api_calls_the_gateway_expects() -> None:
     assert {h for *_, h in seen} == {"Bearer s3cret"}
 
 
+def test_the_engine_key_goes_in_the_body_so_the_gateway_can_call_the_engine() -> None:
+    bodies: list[bytes] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        bodies.append(req.content)
+        return httpx.Response(202, content=ADD_202)
+
+    async def go() -> GatewayAnswer:
+        c = mock(handler)
+        try:
+            return await c.add_worker("http://e:1", "engine-key")
+        finally:
+            await c.aclose()
+
+    assert asyncio.run(go()).ok
+    assert json.loads(bodies[0]) == {"url": "http://e:1", "api_key": "engine-key"}
+
+
 def test_a_worker_id_that_could_inject_a_path_is_never_sent() -> None:
     def handler(req: httpx.Request) -> httpx.Response:
         raise AssertionError("no request may be sent")

@@ -807,10 +807,13 @@ def _remediation_problems(config: Config) -> list[ConfigProblem]:
 
 
 def _secret_problems(config: Config) -> list[ConfigProblem]:
-    key_file = config.engine.api_key_file
+    return [*_key_file_problems(config.engine.api_key_file, "engine.api_key_file"),
+            *_key_file_problems(config.gateway.api_key_file, "gateway.api_key_file")]
+
+
+def _key_file_problems(key_file: str | None, path: str) -> list[ConfigProblem]:
     if key_file is None:
         return []
-    path = "engine.api_key_file"
     if not os.path.isabs(key_file):
         return [ConfigProblem(path, f"{key_file!r} is a relative path (systemd runs us in /)",
                               "write the absolute path of the key file")]

@@ -36,6 +36,9 @@ OPS = ("register", "deregister", "list")
 DRAIN_POLL_S = 0.25
 # Seconds to wait for the gateway to stop listing us after DELETE (it answers 202: a job).
 REMOVAL_POLL_S = 0.2
+# While registered, how often to check that the gateway still lists us: a restarted gateway
+# forgets workers registered through its API.
+WATCH_S = 30.0
 
 # The engine's in-flight requests (running + queued), None when it cannot tell.
 LoadReader = Callable[[], Awaitable[int | None]]
@@ -75,7 +78,8 @@ class GatewayMetrics:
 class GatewayAgent:
     def __init__(self, settings: GatewaySettings, engine_url: str, state_dir: str,
                  registry: CollectorRegistry, *, api_key: str | None,
-                 engine_api_key: str | None = None, client: GatewayClient | None = None) -> None:
+                 engine_api_key: str | None = None, client: GatewayClient | None = None,
+                 watch_s: float = WATCH_S) -> None:
         assert settings.url is not None
         self.settings = settings
         self.gateway_url = settings.url
@@ -84,6 +88,7 @@ class GatewayAgent:
         self.metrics = GatewayMetrics(registry)
         self.client = client or GatewayClient(settings.url, api_key=api_key, timeout_s=settings.timeout_s)
         self.engine_api_key = engine_api_key
+        self.watch_s = watch_s
         self.worker_id: str | None = None
         self.last_problem: str | None = None
         self._warned: set[str] = set()  # ops warned about in the current failure streak
@@ -185,6 +190,24 @@ class GatewayAgent:
             # The gateway gives one URL one id: removing the stale one after registering anew
             # would remove us. The stale removal is bounded (three calls).
             await asyncio.wait([self._stale_task])
+        while True:
+            await self._register()
+            await self._watch()  # returns when the gateway no longer lists us
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.watch_s)
+            answer = await self.client.workers()
+            self._count("list", answer)
+            if answer.ok and not any(w.url == self.engine_url for w in answer.workers):
+                log.warning("gateway.forgot_us", worker_id=self.worker_id, gateway=self.gateway_url,
+                            hint="the gateway restarted or the worker was removed by hand; "
+                                 "registering again")
+                self.worker_id = None
+                self.metrics.registered.set(0)
+                return
+
+    async def _register(self) -> None:
         failures = 0
         while True:
             answer = await self.client.add_worker(self.engine_url, self.engine_api_key)

@@ -240,3 +240,20 @@ def test_a_stop_before_any_registration_does_not_sit_out_drain_s(tmp_path: Path)
     reg = asyncio.run(go())
     assert gw.calls == []
     assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "load_unknown"}) == 0
+
+
+def test_a_gateway_that_forgot_us_gets_us_again(tmp_path: Path) -> None:
+    gw = FakeGateway()
+
+    async def go() -> None:
+        a, _ = agent(tmp_path, gw)
+        a.watch_s = 0.05
+        with structlog.testing.capture_logs() as logs:
+            a.on_ready()
+            await asyncio.wait_for(until(lambda: a.worker_id is not None), 5)
+            gw.listed = False  # the gateway restarted: its list is empty
+            await asyncio.wait_for(until(lambda: sum(c[0] == "POST" for c in gw.calls) >= 2), 5)
+            await a.aclose()
+        assert any(e["event"] == "gateway.forgot_us" for e in logs)
+
+    asyncio.run(go())

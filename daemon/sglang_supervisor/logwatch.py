@@ -38,6 +38,7 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
+from sglang_supervisor.secretforms import expand
 
 MAX_LINE_BYTES = 64 * 1024
 TRUNCATED_MARK = " [...line cut by sglang-supervisor]"
@@ -167,7 +168,7 @@ class LogParser:
 
     def __init__(self, version: str | None = None, secrets: Iterable[str] = ()) -> None:
         self.version = version
-        self._secrets = tuple(s for s in secrets if s)
+        self._secrets = expand(secrets)  # every escaped spelling too
         self._line_no = 0
         self._block: _Block | None = None
         self._capturing: dict[str | None, _Capturing] = {}

@@ -161,6 +161,26 @@ def header(now: float) -> str:
     return datetime.fromtimestamp(now).strftime("[%Y-%m-%d %H:%M:%S] ")
 
 
+def line(record: str, now: float) -> str:
+    return header(now) + record + "\n"
+
+
+def hostile_lines(level: int, fmt: str, now: float) -> list[str]:
+    """What SGLang logs for one OpenAI chat request per HOSTILE_PROMPTS entry whose answer
+    repeats the prompt: `Receive OpenAI`, `Receive`, `Finish`, each one line."""
+    out: list[str] = []
+    for i, text in enumerate(HOSTILE_PROMPTS):
+        rid = f"{i:032x}"
+        body = {"model": "default", "messages": [{"role": "user", "content": text}], "max_tokens": 8}
+        obj = generate_req(rid, text, {"max_new_tokens": 8, "stop": [text]})
+        answer = {"text": text, "output_ids": [0] * 8,
+                  "meta_info": {"id": rid, "finish_reason": {"type": "stop", "matched": text},
+                                "prompt_tokens": 16, "completion_tokens": 8}}
+        out += [line(receive_openai(body, level, fmt, now), now), line(receive(obj, level, fmt, now), now),
+                line(finish(obj, answer, level, fmt, now), now)]
+    return out
+
+
 # What a hostile user puts into a prompt to make a log reader act: every failure, crash,
 # capture and ready line a supervisor could look for, and forged lines behind a newline (repr()
 # prints that newline as `\n`, so it can never start a line of its own).

@@ -255,7 +255,7 @@ class LogParser:
         if not stripped:
             return []
         if _is_echo(stripped):  # an echo printed without a header is an echo all the same
-            return self._message(stripped, None, line_no, headed=False)
+            return self._echo(stripped)
         if self._block is not None:
             return self._in_block(text, stripped, line_no)
         if _is_progress(stripped):
@@ -275,10 +275,7 @@ class LogParser:
 
     def _message(self, msg: str, rank: str | None, line_no: int, *, headed: bool) -> list[EngineEvent]:
         if _is_echo(msg):
-            # A request echo: user text from its first character on (see patterns.ECHO_PREFIXES).
-            self._prev_unmatched = None
-            self._echo_left = 0 if _echo_closed(msg) else P.ECHO_CONTINUATION_LINES
-            return []
+            return self._echo(msg)
         if msg.startswith(P.REQUEST_ERROR_PREFIXES):
             self._prev_unmatched = None
             self._request_error_at = line_no
@@ -397,6 +394,12 @@ class LogParser:
         if m is not None and self._ready and not self._draining:
             events.append(EngineFailed(line_no, rank, FailureClass.CHILD_CRASHED, msg.strip()))
         return events
+
+    def _echo(self, msg: str) -> list[EngineEvent]:
+        """A request echo: user text from its first character on (see patterns.ECHO_PREFIXES)."""
+        self._prev_unmatched = None
+        self._echo_left = 0 if _echo_closed(msg) else P.ECHO_CONTINUATION_LINES
+        return []
 
     def _echo_continuation(self, text: str) -> list[EngineEvent]:
         """A line of an echo that did not end on its own line: user text, never an event."""

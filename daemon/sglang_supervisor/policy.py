@@ -820,10 +820,13 @@ class Lifecycle:
                 "returncode": inp.returncode, "after_ready": self._reached_ready,
                 "hint": "the engine did not fail the way this line says; not acted on"}))
         failure = classify_failure(inp.returncode, failures, verdict, after_ready=self._reached_ready)
-        message = next((f.message for f in failures if f.failure is failure), None) or (
-            failures[0].message if failures else
-            f"engine exited with returncode {inp.returncode}" if reason is None
-            else f"stopped by the supervisor: {reason}")
+        witness = next((f for f in failures if f.failure is failure), failures[0] if failures else None)
+        if witness is not None:
+            message = witness.message
+        elif reason is None:
+            message = f"engine exited with returncode {inp.returncode}"
+        else:
+            message = f"stopped by the supervisor: {reason}"
         return acts + self._fail_over(failure, message, now, after_ready=self._reached_ready)
 
     def _on_TimerFired(self, inp: TimerFired, now: float) -> list[Action]:
@@ -913,12 +916,12 @@ class Lifecycle:
         if self.phase not in UP_PHASES or not self._failures:
             return []
         limit = now - self.settings.failure_grace_s
-        keep = [i for i, t in enumerate(self._failure_times) if t > limit]
-        if len(keep) == len(self._failures):
+        timed = list(zip(self._failures, self._failure_times, strict=True))
+        gone = [f for f, t in timed if t <= limit]
+        if not gone:
             return []
-        gone = [f for i, f in enumerate(self._failures) if i not in keep]
-        self._failures = [self._failures[i] for i in keep]
-        self._failure_times = [self._failure_times[i] for i in keep]
+        self._failures = [f for f, t in timed if t > limit]
+        self._failure_times = [t for t in self._failure_times if t > limit]
         return [Log("engine.failure_line_refuted", "info", {
             "profile": self.profile, "failure_classes": sorted({f.failure.value for f in gone}),
             "lines": [f.line_no for f in gone], "reason": "the engine kept serving"})]

@@ -156,6 +156,10 @@ def test_a_failed_request_and_its_traceback_blame_nothing() -> None:
         "ValueError: CUDA error: an illegal memory access was encountered",
         HDR + "[http_server] Error: error: unrecognized arguments: --user",
         HDR + "INFO:     127.0.0.1:1 - \"POST /generate HTTP/1.1\" 400 Bad Request",
+        HDR + "ERROR:    Exception in ASGI application",  # uvicorn: a handler raised
+        "Traceback (most recent call last):",
+        '  File "starlette/routing.py", line 1, in app',
+        "RuntimeError: CUDA error: an illegal memory access was encountered; Address already in use",
     ])
     assert not [e for e in events if isinstance(e, (EngineFailed, EngineCrashed))]
 

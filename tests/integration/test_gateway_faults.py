@@ -162,3 +162,23 @@ def test_readyz_is_503_from_sigterm_on_and_an_unknown_id_on_delete_is_a_warning(
     assert stopped["reason"] == "signal"
     assert not (tmp_path / "state" / "gateway.json").exists()
     gw.shutdown()
+
+
+def test_a_registration_left_by_a_killed_supervisor_is_removed_by_the_next_one(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    gw = FakeGateway("ok")
+    data = gateway_config(tmp_path, gw.url)
+    d = start(daemons, tmp_path, data)
+    d.event("gateway.registered", worker_id=WID)
+    d.proc.send_signal(signal.SIGKILL)  # no drain, no DELETE: the id stays in gateway.json
+    d.proc.wait(30)
+    assert json.loads((tmp_path / "state" / "gateway.json").read_text())["worker_id"] == WID
+    assert not any(c[1] == "DELETE" for c in gw.calls)
+
+    again = start(daemons, tmp_path, data)
+    again.event("gateway.stale_removed", worker_id=WID)
+    again.event("gateway.registered", worker_id=WID)
+    methods = [c[1] for c in gw.calls]
+    assert methods.index("DELETE") < len(methods) - 1 - methods[::-1].index("POST")  # DELETE first
+    stop_cleanly(again)
+    gw.shutdown()

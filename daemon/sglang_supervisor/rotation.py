@@ -103,7 +103,7 @@ def parse_registration(text: str | bytes) -> Registration | None:
         return None
     try:
         data = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # "[[[[..." fits in 4 KiB
         return None
     if not isinstance(data, Mapping):
         return None

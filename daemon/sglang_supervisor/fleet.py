@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from sglang_supervisor.config import GatewaySettings
 from sglang_supervisor.gateway import PROBLEMS, GatewayAnswer, GatewayClient
 from sglang_supervisor.rotation import Registration, backoff_s, drained, parse_registration
+from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -52,6 +53,10 @@ def read_gateway_key(path: str | None) -> str | None:
     text = Path(path).read_text(encoding="utf-8").strip()
     if not text or "\n" in text:
         raise ValueError(f"{path} must hold the gateway API key on one line")
+    # Redacted from every log like the engine's key (a gateway may quote it): the same length rule.
+    problem = api_key_problem(text)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; {KEY_FIX} (also as the gateway's --api-key)")
     return text
 
 

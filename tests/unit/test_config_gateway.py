@@ -42,13 +42,13 @@ def test_urls_are_checked_and_normalised() -> None:
 
 def test_the_key_file_follows_the_engine_key_rules(tmp_path: Path) -> None:
     key = tmp_path / "gw-key"
-    key.write_text("secret\n")
+    key.write_text("secret-0123456789abcdef\n")
     key.chmod(0o644)
     [(path, problem)] = problems(config(url="http://gw:1", api_key_file=str(key)))
     assert path == "gateway.api_key_file" and "readable by every user" in problem
     key.chmod(0o600)
     c = parse_config(config(url="http://gw:1", api_key_file=str(key)), "t")
-    assert gateway_key(c) == "secret"
+    assert gateway_key(c) == "secret-0123456789abcdef"
     assert problems(config(url="http://gw:1", api_key_file="relative/key"))[0][0] == "gateway.api_key_file"
 
 

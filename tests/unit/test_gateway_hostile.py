@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from sglang_supervisor import gateway, rotation
 from sglang_supervisor.config import GatewaySettings
-from sglang_supervisor.fleet import RECORD_FILE, GatewayAgent
+from sglang_supervisor.fleet import RECORD_FILE, GatewayAgent, read_gateway_key
 
 # Within the 1 MiB cap, deep enough that json.loads raises RecursionError (not a ValueError).
 DEEP = b"[" * 200_000 + b"]" * 200_000
@@ -42,3 +42,13 @@ def test_a_damaged_registration_record_does_not_stop_the_agent_starting(tmp_path
                          str(tmp_path), CollectorRegistry(), api_key=None)
     agent.start()  # no stale registration to remove: nothing scheduled, nothing raised
     assert agent._stale_task is None
+
+
+def test_a_gateway_key_too_short_to_redact_is_refused_with_the_fix(tmp_path: Path) -> None:
+    # It is redacted from every log like the engine's key: "admin" would shred ordinary lines.
+    key = tmp_path / "gw-key"
+    key.write_text("admin\n")
+    with pytest.raises(ValueError, match=r"5 characters long.*openssl rand"):
+        read_gateway_key(str(key))
+    key.write_text("0123456789abcdef\n")
+    assert read_gateway_key(str(key)) == "0123456789abcdef"

@@ -259,8 +259,13 @@ class GatewayAgent:
 
     async def _await_removal(self, deadline: float) -> None:
         """DELETE is a job: wait (bounded) until GET /workers no longer lists our URL."""
-        while time.monotonic() < deadline:
-            answer = await self.client.workers()
+        while (left := deadline - time.monotonic()) > 0:
+            # Within what is left of drain_s: a gateway that lists slowly (each call may take
+            # gateway.timeout_s) must not stretch the documented stop bound.
+            try:
+                answer = await asyncio.wait_for(self.client.workers(), left)
+            except asyncio.TimeoutError:
+                return
             self._count("list", answer)
             if not answer.ok:
                 return  # cannot tell; the in-flight wait still protects the requests

@@ -3,6 +3,7 @@ never an exception out of the agent's background tasks or the drain before a sto
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,3 +53,39 @@ def test_a_gateway_key_too_short_to_redact_is_refused_with_the_fix(tmp_path: Pat
         read_gateway_key(str(key))
     key.write_text("0123456789abcdef\n")
     assert read_gateway_key(str(key)) == "0123456789abcdef"
+
+
+def test_a_gateway_whose_list_hangs_cannot_stretch_the_drain_past_drain_s(tmp_path: Path) -> None:
+    """DELETE answers at once, GET /workers never does: the wait for the gateway to drop us is
+    part of gateway.drain_s (the documented stop bound), not one more gateway.timeout_s."""
+    async def go() -> tuple[list[str], str | None]:
+        seen: list[str] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            request = (await reader.readuntil(b"\r\n\r\n")).decode()
+            seen.append(request.split(" ", 1)[0])
+            if request.startswith("DELETE"):
+                writer.write(b"HTTP/1.1 202 Accepted\r\ncontent-length: 2\r\n\r\n{}")
+                await writer.drain()
+            else:
+                await asyncio.sleep(60)  # a GET that never answers
+            writer.close()
+
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        s = GatewaySettings(url=f"http://127.0.0.1:{port}", drain_s=0.2, timeout_s=30.0)
+        a = GatewayAgent(s, "http://127.0.0.1:30000", str(tmp_path), CollectorRegistry(), api_key=None)
+        a.worker_id = "266e4c64-98d9-488e-ae16-e4ab2644efa4"
+
+        async def idle() -> int | None:
+            return 0
+
+        try:
+            # Before the fix the GET held the drain for its full 30 s call deadline.
+            await asyncio.wait_for(a.drain("signal", idle), 10)
+        finally:
+            server.close()
+        return seen, a.worker_id
+
+    seen, worker_id = asyncio.run(go())
+    assert seen[0] == "DELETE" and worker_id is None

@@ -1,0 +1,44 @@
+"""SGLang log records *about one request* whose message carries text the user steered (a tool
+call or reasoning the model was told to write, an adapter name, a client's disconnect) are no
+engine event, like `Error in request:` (issue 12). Their prefixes are SGLang's own f-strings,
+found in the 0.5.17 and 0.5.23 wheels: `logger.error(f"Tool call parsing error: {e}")`
+(serving_chat.py), `f"Reasoning parsing error: {e}"`, `f"DS32EncodingError: {e}"`
+(serving_base.py), `f"[http_server] Client disconnected: {e}"`, and
+`f"Reloading evicted adapter: {lora_path}"` (tokenizer_manager.py; lora_path is a request field)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_supervisor.events import EngineCrashed, EngineFailed, ServerReady
+from sglang_supervisor.logwatch import parse_lines
+
+HDR = "[2026-12-01 13:53:16] "
+QUOTED = [
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "error: unrecognized arguments: --user",
+    "OSError: [Errno 98] Address already in use",
+    "Scheduler watchdog timeout (self.watchdog_timeout=300)",
+]
+PREFIXES = [
+    "Tool call parsing error: ",
+    "Reasoning parsing error: ",
+    "DS32EncodingError: ",
+    "[http_server] Client disconnected: ",
+    "Reloading evicted adapter: ",
+]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("quoted", QUOTED)
+def test_a_request_record_quoting_a_failure_is_no_event(prefix: str, quoted: str) -> None:
+    decode = ("Decode batch, #running-req: 1, #token: 1, token usage: 0.00, cuda graph: True, "
+              "gen throughput (token/s): 1.00, #queue-req: 0")
+    events = parse_lines([HDR + prefix + quoted, HDR + decode])
+    assert [e for e in events if isinstance(e, (EngineFailed, EngineCrashed, ServerReady))] == []
+
+
+def test_the_engine_s_own_failure_line_still_counts() -> None:
+    # The prefixes are matched at the start of the message only.
+    events = parse_lines([HDR + "RuntimeError: CUDA error: an illegal memory access was encountered"])
+    assert any(isinstance(e, EngineFailed) for e in events)

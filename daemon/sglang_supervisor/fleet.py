@@ -26,7 +26,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from sglang_supervisor.config import GatewaySettings
 from sglang_supervisor.gateway import PROBLEMS, GatewayAnswer, GatewayClient
-from sglang_supervisor.rotation import Registration, backoff_s, drained, parse_registration
+from sglang_supervisor.rotation import (
+    Registration,
+    advertise_problem,
+    backoff_s,
+    drained,
+    parse_registration,
+)
 from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
 
 log = structlog.get_logger("sglang_supervisor")
@@ -105,6 +111,11 @@ class GatewayAgent:
 
     def start(self) -> None:
         """A registration left by a previous run (crash, SIGKILL) is removed in the background."""
+        problem = advertise_problem(self.gateway_url, self.engine_url)
+        if problem is not None:
+            log.warning("gateway.advertise_loopback", problem=problem,
+                        fix="set gateway.advertise_url to a URL of this engine that the gateway "
+                            "can reach (e.g. http://<this host's address>:<engine.port>)")
         stale = self._load_record()
         if stale is not None:
             self._stale_task = self._in_background(self._remove_stale(stale))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from sglang_supervisor import gateway, rotation
 from sglang_supervisor.config import GatewaySettings
@@ -89,3 +90,25 @@ def test_a_gateway_whose_list_hangs_cannot_stretch_the_drain_past_drain_s(tmp_pa
 
     seen, worker_id = asyncio.run(go())
     assert seen[0] == "DELETE" and worker_id is None
+
+
+@pytest.mark.parametrize(("gateway_url", "engine_url", "wrong"), [
+    ("http://10.0.0.5:30080", "http://127.0.0.1:30000", True),  # engine.host 0.0.0.0, no advertise_url
+    ("http://gw.inference.svc:30080", "http://[::1]:30000", True),
+    ("http://gw.inference.svc:30080", "http://localhost:30000", True),
+    ("http://127.0.0.1:30080", "http://127.0.0.1:30000", False),  # a gateway on this machine
+    ("http://localhost:30080", "http://127.0.0.1:30000", False),
+    ("http://10.0.0.5:30080", "http://10.0.0.7:30000", False),
+])
+def test_a_loopback_engine_url_advertised_to_a_remote_gateway_is_named(
+        gateway_url: str, engine_url: str, wrong: bool) -> None:
+    assert (rotation.advertise_problem(gateway_url, engine_url) is not None) is wrong
+
+
+def test_the_agent_warns_at_start_when_it_would_advertise_loopback(tmp_path: Path) -> None:
+    agent = GatewayAgent(GatewaySettings(url="http://10.0.0.5:30080"), "http://127.0.0.1:30000",
+                         str(tmp_path), CollectorRegistry(), api_key=None)
+    with capture_logs() as logs:
+        agent.start()
+    [warning] = [e for e in logs if e["event"] == "gateway.advertise_loopback"]
+    assert "advertise_url" in warning["fix"] and warning["log_level"] == "warning"

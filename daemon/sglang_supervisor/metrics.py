@@ -33,7 +33,6 @@ from sglang_supervisor.policy import (
     CONFIG_FAILURES,
     RESTART_REGRESSION,
     RESTART_RELOAD,
-    TEMPORARY_FAILURES,
 )
 from sglang_supervisor.probe import ProbeResult
 from sglang_supervisor.regression import DECISION_NAMES, Reason
@@ -50,10 +49,10 @@ STATES: tuple[str, ...] = (
 )
 EXPLANATIONS: tuple[str, ...] = tuple(r.value for r in Reason)
 # Why the lifecycle can relaunch an engine: failure classes that are retried or fall back (config
-# and temporary failures end the run instead), a throughput decision, a reload. Their series
-# exist from the start at 0, so increase() sees the first restart too.
+# failures end the run instead; temporary ones relaunch once they cleared), a throughput decision,
+# a reload. Their series exist from the start at 0, so increase() sees the first restart too.
 RESTART_REASONS: tuple[str, ...] = (
-    *(c.value for c in FailureClass if c not in CONFIG_FAILURES | TEMPORARY_FAILURES),
+    *(c.value for c in FailureClass if c not in CONFIG_FAILURES),
     RESTART_REGRESSION, RESTART_RELOAD,
 )
 

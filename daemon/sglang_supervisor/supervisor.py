@@ -71,7 +71,9 @@ from sglang_supervisor.policy import (
     Start,
     StopEngine,
     StopRequested,
+    TemporaryCleared,
     TimerFired,
+    WaitTemporary,
 )
 from sglang_supervisor.probe import ProbeResult
 from sglang_supervisor.process import EngineProcess, engine_env
@@ -100,11 +102,16 @@ FAILED_STOP_DRAIN_S = 2.0
 EOF_GRACE_S = 3.0
 # Foreign processes holding less than this on our GPUs do not block a start (monitoring agents).
 FOREIGN_BYTES_BLOCKING = 1 << 30
+# While waiting for a temporary condition: how often it is checked, and how far ahead systemd's
+# start deadline is kept (the wait has its own bound, restart.temporary_wait_s).
+TEMPORARY_POLL_S = 1.0
+TEMPORARY_EXTEND_S = 60.0
 
 PHASE_TO_METRIC = {
     Phase.PREFLIGHT: "starting", Phase.LAUNCHING: "starting", Phase.LOADING_WEIGHTS: "loading",
     Phase.CAPTURING_GRAPHS: "capturing", Phase.WARMING_UP: "warming", Phase.READY: "ready",
     Phase.SERVING: "ready", Phase.DEGRADED: "degraded", Phase.RESTARTING: "restarting",
+    Phase.WAITING: "backoff",
     Phase.STOPPING: "stopping", Phase.STOPPED: "stopped", Phase.FAILED: "failed",
 }
 
@@ -195,6 +202,7 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         start_s=t.start_s,
         backoff_s=config.restart.backoff_s,
         failure_grace_s=max(5.0, min(t.stall_s, 15.0)),
+        temporary_wait_s=config.restart.temporary_wait_s,
     )
 
 
@@ -473,6 +481,8 @@ class Supervisor:
             t = self._timers.pop(a.name, None)
             if t is not None and t.handle is not None:
                 t.handle.cancel()
+        elif isinstance(a, WaitTemporary):
+            self._spawn_task(lambda: self._wait_temporary(a))
         elif isinstance(a, RunReadyProbe):
             self._spawn_task(lambda: self._ready_probe(a.attempt))
         elif isinstance(a, NotifyReady):
@@ -558,6 +568,24 @@ class Supervisor:
         finally:
             if self._launching is asyncio.current_task():
                 self._launching = None
+
+    async def _wait_temporary(self, a: WaitTemporary) -> None:
+        """Check the condition the lifecycle waits for until it clears (its timer bounds us)."""
+        await asyncio.sleep(a.delay_s)
+        extended = float("-inf")
+        while self.lifecycle.wait_seq == a.seq:
+            if a.what == "port":
+                busy = port_taken(self.config.engine.host, self.config.engine.port)
+            else:
+                busy = await asyncio.to_thread(self._foreign)
+            if busy is None:
+                self.feed(TemporaryCleared(a.seq))
+                return
+            now = time.monotonic()
+            if not self.lifecycle.ready_sent and now - extended >= TEMPORARY_EXTEND_S / 3:
+                extended = now  # still starting: systemd's start timeout must not end the wait
+                self.notifier.extend_timeout(TEMPORARY_EXTEND_S)
+            await asyncio.sleep(TEMPORARY_POLL_S)
 
     def _render(self, profile: str) -> RenderedCommand:
         rc = self.prep.renders.get(profile)

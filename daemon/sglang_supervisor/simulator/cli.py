@@ -14,6 +14,7 @@ import contextlib
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -254,10 +255,13 @@ class Launcher:
             loop="asyncio",
         )
         self.uvicorn = uvicorn.Server(config)
+        stranger = self._port_race() if self.fault("port-race") else None
         serve_task = asyncio.create_task(self._uvicorn_serve(self.uvicorn))
         while not self.uvicorn.started:
             if serve_task.done():  # could not bind: uvicorn logged why; exit with its code
                 self.kill_children()
+                if stranger is not None:
+                    stranger.close()
                 return serve_task.result()
             await asyncio.sleep(0.01)
         if self.fault("ignore-sigterm"):
@@ -277,6 +281,15 @@ class Launcher:
         for t in tasks:
             t.cancel()
         return self.exit_code or 0
+
+    def _port_race(self) -> socket.socket:
+        """Another listener on our port since the supervisor's preflight (fault `port-race`)."""
+        host = self.cfg.host or "0.0.0.0"
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, self.cfg.port))
+        s.listen()
+        return s
 
     @staticmethod
     async def _uvicorn_serve(srv: uvicorn.Server) -> int:

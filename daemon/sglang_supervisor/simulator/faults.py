@@ -36,6 +36,10 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   ignore-sigterm                   SIGTERM is ignored (only SIGKILL stops it)
   slow-drain:S                     the SIGTERM drain takes S s more
   warmup-fail                      the warmup request fails after "Uvicorn running" (-9)
+  port-race                        another listener takes the port just before uvicorn binds it:
+                                   uvicorn's bind error, exit 3 (the listener goes with us)
+  setsid-escape                    a child calls setsid(), forks, and its grandchild keeps running
+                                   outside the engine's session, holding a TCP port (logged)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
   when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
@@ -78,6 +82,8 @@ _KINDS = (
     "ignore-sigterm",
     "slow-drain",
     "warmup-fail",
+    "port-race",
+    "setsid-escape",
 )
 _TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")

@@ -1,0 +1,94 @@
+"""Faults of the engine's environment (docs/FAULTS.md): a port lost to a race, an engine process
+that escapes its session, a disk that fills up under the engine log.
+
+The real `sglang-supervisor run` over the simulator (tests/supervised.py). What each test checks
+is what an operator needs: no orphan left, no profile blamed, no lost log byte that fit on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from supervised import Daemon, start, stop_cleanly
+from supervised import base_config as config
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        d.close()
+
+
+def known_bad(workdir: Path) -> set[str]:
+    path = workdir / "state" / "state.json"
+    if not path.exists():
+        return set()
+    data = json.loads(path.read_text())
+    return {p for fp in data["fingerprints"].values() for p in fp["bad"]}
+
+
+def listen_on(port: int) -> socket.socket:
+    """A stranger listening on `port` (as uvicorn binds: SO_REUSEADDR)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port))
+    s.listen()
+    return s
+
+
+# -- the port lost to a race ---------------------------------------------------------------------
+
+def test_port_taken_after_preflight_is_waited_out_without_blame(daemons: list[Daemon],
+                                                                tmp_path: Path) -> None:
+    data = config(tmp_path)
+    # Slower simulated time: seconds between the preflight (port free) and uvicorn's bind, for
+    # the stranger to take the port in between.
+    data["engine"]["env"]["SGLANG_SIM_TIME_SCALE"] = "0.1"
+    port = data["engine"]["port"]
+    d = start(daemons, tmp_path, data)
+    first = d.event("engine.spawned")
+    stranger = listen_on(port)
+    try:
+        failed = d.event("engine.failed")
+        assert failed["failure_class"] == "port_in_use" and failed["profile"] == "tuned"
+        waiting = d.event("supervisor.waiting", failure_class="port_in_use")
+        assert waiting["profile"] == "tuned"
+        d.wait_for("a waiting STATUS=", lambda: any(
+            n.startswith("STATUS=waiting: port_in_use") for n in d.notes))
+        assert len(d.engine_pids()) == 1  # no relaunch while the port is taken
+    finally:
+        stranger.close()
+    d.event("supervisor.wait_over", failure_class="port_in_use")
+    ready = d.event("supervisor.ready")
+    assert ready["profile"] == "tuned"  # the same profile: it did nothing wrong
+    assert [e["profile"] for e in d.named("engine.launch")] == ["tuned", "tuned"]
+    assert d.engine_pids()[0] == first["pid"]
+    assert known_bad(tmp_path) == set()
+    assert not d.named("profile.fallback")
+    stop_cleanly(d)
+
+
+def test_port_race_inside_the_engine_exits_75_after_the_bound(daemons: list[Daemon],
+                                                               tmp_path: Path) -> None:
+    data = config(tmp_path, "port-race")
+    data["restart"]["temporary_wait_s"] = 3
+    d = start(daemons, tmp_path, data)
+    assert d.exit_code() == 75
+    failed = d.named("engine.failed")
+    assert failed and {f["failure_class"] for f in failed} == {"port_in_use"}
+    assert {e["profile"] for e in d.named("engine.launch")} == {"tuned"}  # never down the ladder
+    assert known_bad(tmp_path) == set()
+    assert "READY=1" not in d.notes
+    exit_ev = d.event("supervisor.exit")
+    assert exit_ev["code"] == 75 and "did not clear within 3 s" in exit_ev["reason"]
+    log = (tmp_path / "engine.log").read_bytes()
+    assert b"error while attempting to bind on address" in log  # uvicorn's own words

@@ -105,6 +105,8 @@ FOREIGN_BYTES_BLOCKING = 1 << 30
 # While waiting for a temporary condition: how often it is checked, and how far ahead systemd's
 # start deadline is kept (the wait has its own bound, restart.temporary_wait_s).
 TEMPORARY_POLL_S = 1.0
+# How often the engine's family is walked for processes that left its session (setsid).
+ESCAPE_SCAN_S = 2.0
 TEMPORARY_EXTEND_S = 60.0
 
 PHASE_TO_METRIC = {
@@ -380,10 +382,12 @@ class Supervisor:
             if eng.stopping is not None and not eng.stopping.done():
                 with contextlib.suppress(Exception):
                     await eng.stopping  # bounded by drain_s + kill_s
-            if eng.proc.returncode is None or eng.proc.group_members():
+            escaped = await asyncio.to_thread(eng.proc.family.escapees)
+            if eng.proc.returncode is None or eng.proc.group_members() or escaped:
                 # Exit was decided with (part of) the engine still up, e.g. after an internal
                 # error: never leave it behind, children included.
                 result = await eng.proc.stop(self.config.timeouts.drain_s, self.config.timeouts.kill_s)
+                self._log_escaped(result.escaped)
                 self._log_leftover(result.leftover)
         for t in list(self._tasks):
             t.cancel()
@@ -648,20 +652,35 @@ class Supervisor:
         self._capture_seconds = {}
         self.feed(Launched(attempt, proc.pid, capture_keys(rc.argv, self.prep.version)))
         self._spawn_task(lambda: self._watch_exit(self._engine_for(attempt)))
+        self._spawn_task(lambda: self._watch_family(self._engine_for(attempt)))
 
     def _engine_for(self, attempt: int) -> _Engine:
         assert self._engine is not None and self._engine.attempt == attempt
         return self._engine
 
+    async def _watch_family(self, eng: _Engine) -> None:
+        """Warn about engine processes that leave its session (setsid) as soon as they do: the
+        group kill would miss them; `EngineProcess.stop` kills them with the engine."""
+        while eng.proc.returncode is None and eng.stopping is None:
+            for e in await asyncio.to_thread(eng.proc.family.scan):
+                log.warning("engine.escaped_process", profile=eng.profile, pid=e.pid, comm=e.name,
+                            session=e.session,
+                            hint="it left the engine's session (setsid); it is stopped with "
+                                 "the engine")
+            await asyncio.sleep(ESCAPE_SCAN_S)
+
     async def _watch_exit(self, eng: _Engine) -> None:
         rc = await eng.proc.wait()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
-        if eng.proc.group_members():
-            # The launcher is gone but part of its group lives on (holding GPU memory or the
-            # pipe): an engine is all of its processes.
-            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()])
+        escaped = await asyncio.to_thread(eng.proc.family.escapees, sweep=True)
+        if eng.proc.group_members() or escaped:
+            # The launcher is gone but part of its group (or a process that left it) lives on,
+            # holding GPU memory, its port or the pipe: an engine is all of its processes.
+            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()]
+                        + [e.pid for e in escaped])
             result = await eng.proc.stop(0.0, self.config.timeouts.kill_s)
+            self._log_escaped(result.escaped)
             self._log_leftover(result.leftover)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
@@ -676,6 +695,12 @@ class Supervisor:
         self._stop_serving_tasks()
         clean = rc in clean_exit_codes(self.prep.version)
         self.feed(EngineExited(eng.attempt, rc, eng.proc.we_stopped, clean))
+
+    def _log_escaped(self, escaped: Sequence[Any]) -> None:
+        if escaped:
+            log.warning("engine.escapees_stopped",
+                        processes=", ".join(f"{p.pid}:{p.name}" for p in escaped),
+                        hint="engine processes outside its session (setsid) were killed with it")
 
     def _log_leftover(self, leftover: Sequence[Any]) -> None:
         if leftover:
@@ -709,6 +734,7 @@ class Supervisor:
             log.info("engine.stopped", profile=eng.profile, reason=reason,
                      returncode=result.returncode, drained=result.drained, killed=result.killed,
                      seconds=result.seconds)
+            self._log_escaped(result.escaped)
             self._log_leftover(result.leftover)
 
         eng.stopping = asyncio.ensure_future(stop())

@@ -92,3 +92,38 @@ def test_port_race_inside_the_engine_exits_75_after_the_bound(daemons: list[Daem
     assert exit_ev["code"] == 75 and "did not clear within 3 s" in exit_ev["reason"]
     log = (tmp_path / "engine.log").read_bytes()
     assert b"error while attempting to bind on address" in log  # uvicorn's own words
+
+
+# -- an engine process that escapes its session ---------------------------------------------------
+
+def gone(pid: int) -> bool:
+    """Dead and reaped (a zombie would still be a process table entry)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def test_setsid_escapee_is_named_and_stopped_with_the_engine(daemons: list[Daemon],
+                                                             tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path, "setsid-escape"))
+    d.notified("READY=1")
+    escaped = d.event("engine.escaped_process")
+    pid = escaped["pid"]
+    assert escaped["comm"] == "sim-escapee"
+    assert escaped["session"] not in d.engine_pids()  # out of the engine's session and group
+    assert not gone(pid)
+    stop_cleanly(d)
+    stopped = d.event("engine.escapees_stopped")
+    assert f"{pid}:sim-escapee" in stopped["processes"]
+    assert gone(pid)  # killed, and reaped by the supervisor (its subreaper)
+
+
+def test_setsid_escapee_of_a_failed_start_is_gone_before_the_fallback(daemons: list[Daemon],
+                                                                      tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, config(tmp_path, "setsid-escape", "crash:load"))
+    failed = d.event("engine.failed", profile="tuned")
+    assert failed["failure_class"] != "port_in_use"
+    orphans = d.event("engine.orphans")
+    escapee = next(e for e in d.named("engine.escapees_stopped"))
+    d.notified("READY=1")  # the next profile, without the first one's runaway around
+    pid = int(escapee["processes"].split(":")[0])
+    assert pid in orphans["pids"] and gone(pid)
+    stop_cleanly(d)

@@ -151,6 +151,10 @@ class Launcher:
         self.log.main(self._server_args_line())
         signal.signal(signal.SIGQUIT, self._launch_sigquit)
         env = dict(os.environ)
+        if self.fault("setsid-escape"):
+            # Waited for: its child (the runaway) is the orphan, not it.
+            subprocess.run([sys.executable, "-m", "sglang_supervisor.simulator.escape"],
+                           env=env, check=False)
         try:
             self.children.append(ranks.spawn("detokenizer", "sglang::detokenizer", self.argv, env))
             for r in range(cfg.tp_size):

@@ -164,7 +164,7 @@ class EngineProcess:
         # Children (schedulers, detokenizer) may outlive the leader for a moment: kill the group
         # whether or not the leader drained, then wait until /proc shows none of them. Processes
         # that left the session (setsid) go with it: the whole family is the engine.
-        escaped = self.family.escapees(sweep=True)
+        escaped = await asyncio.to_thread(self.family.escapees, sweep=True)  # reads /proc
         if group_members(self.pgid) or self.popen.poll() is None or escaped:
             killed = True
             _killpg(self.pgid)

@@ -28,7 +28,7 @@ from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_s
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
 from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.logsetup import EngineLine, log_engine_lines, set_redactions
@@ -293,6 +293,8 @@ class Supervisor:
         self._capture_seconds: dict[str, float] = {}
         self._client: httpx.AsyncClient | None = None
         self._metrics_server: MetricsServer | None = None
+        # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
+        self._log_spell: tuple[float, int] | None = None
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -329,6 +331,7 @@ class Supervisor:
             "engine_pid": eng.proc.pid if eng else None,
             "engine_log": self.config.engine.log_file,
             "engine_log_errors": eng.pump.log_errors if eng else 0,
+            "engine_log_writable": self._log_spell is None,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": self._monitor.status() if self._monitor else None,
         })
@@ -639,7 +642,8 @@ class Supervisor:
 
         pump = EngineLogPump(
             proc.stdout_fd, loop=self._loop,
-            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups),
+            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
+                                on_state=self._log_state_threadsafe),
             splitter=LineSplitter(), parser=LogParser(self.prep.version, secrets),
             on_output=lambda events: self._on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
@@ -653,6 +657,36 @@ class Supervisor:
         self.feed(Launched(attempt, proc.pid, capture_keys(rc.argv, self.prep.version)))
         self._spawn_task(lambda: self._watch_exit(self._engine_for(attempt)))
         self._spawn_task(lambda: self._watch_family(self._engine_for(attempt)))
+
+    def _log_state_threadsafe(self, st: LogWriteState) -> None:
+        """From the pump's thread: never log or block there (journald may be what is stuck)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: we are exiting
+                self._loop.call_soon_threadsafe(self._on_log_state, st)
+
+    def _on_log_state(self, st: LogWriteState) -> None:
+        """A full disk under the engine log is an event (once per spell, and its end) and a
+        metric: the engine runs on, its lines still go to the journal."""
+        now = time.monotonic()
+        if not st.ok and self._log_spell is None:
+            self._log_spell = (now, st.dropped_bytes)
+            self.metrics.engine_log_state(False, st.dropped_bytes, began=True)
+            log.error("engine_log.write_failed", path=st.path, error=st.error,
+                      hint=f"free space under {os.path.dirname(st.path) or '.'}: the engine keeps "
+                           "running, its output still goes to the journal; writing resumes by "
+                           "itself")
+            return
+        self.metrics.engine_log_state(st.ok, st.dropped_bytes)
+        if self._log_spell is None:
+            return
+        began, dropped = self._log_spell
+        dropped += st.dropped_bytes
+        if st.ok:
+            self._log_spell = None
+            log.info("engine_log.write_recovered", path=st.path, dropped_bytes=dropped,
+                     seconds=round(now - began, 3))
+        else:
+            self._log_spell = (began, dropped)
 
     def _engine_for(self, attempt: int) -> _Engine:
         assert self._engine is not None and self._engine.attempt == attempt

@@ -7,15 +7,19 @@ is what an operator needs: no orphan left, no profile blamed, no lost log byte t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from supervised import Daemon, start, stop_cleanly
+from supervised import Daemon, free_port, start, stop_cleanly
 from supervised import base_config as config
+from tiers import require
 
 pytestmark = pytest.mark.integration
 
@@ -126,4 +130,66 @@ def test_setsid_escapee_of_a_failed_start_is_gone_before_the_fallback(daemons: l
     d.notified("READY=1")  # the next profile, without the first one's runaway around
     pid = int(escapee["processes"].split(":")[0])
     assert pid in orphans["pids"] and gone(pid)
+    stop_cleanly(d)
+
+
+# -- a disk that fills up under the engine log ---------------------------------------------------
+
+def mount_namespace_prefix(mountpoint: Path, size: str) -> tuple[str, ...]:
+    """Run the daemon in a mount namespace of its own with a small tmpfs on `mountpoint`: the
+    disk fills for it alone, the host's disks are never touched."""
+    script = f'mount -t tmpfs -o size={size},mode=0755 sglang-test {mountpoint} && exec "$@"'
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh")
+
+
+def can_mount_tmpfs(tmp_path: Path) -> bool:
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    try:
+        return subprocess.run([*mount_namespace_prefix(probe, "64k"), "true"],
+                              check=False, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=10).text
+    line = next(ln for ln in text.splitlines() if ln.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def test_disk_full_under_the_engine_log_is_an_event_and_a_metric(daemons: list[Daemon],
+                                                                 tmp_path: Path) -> None:
+    require(can_mount_tmpfs(tmp_path), "needs root (mount namespaces and tmpfs) for a real full disk")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    data = config(tmp_path)
+    data["engine"]["log_file"] = str(disk / "engine.log")
+    data["metrics"] = {"enabled": True, "address": f"127.0.0.1:{free_port()}"}
+    d = start(daemons, tmp_path, data, prefix=mount_namespace_prefix(disk, "512k"))
+    d.notified("READY=1")
+    url = "http://" + data["metrics"]["address"]
+    assert metric(url, "sglang_supervisor_engine_log_writable") == 1
+    theirs = Path(f"/proc/{d.proc.pid}/root") / str(disk).lstrip("/")  # the daemon's tmpfs
+    before = (theirs / "engine.log").read_bytes()
+    assert b"The server is fired up and ready to roll!" in before
+    filler = theirs / "filler"
+    with contextlib.suppress(OSError), open(filler, "wb", buffering=0) as fh:
+        while True:  # fill it (ENOSPC ends the loop); health checks keep the engine writing
+            fh.write(b"\0" * 4096)
+    failed = d.event("engine_log.write_failed")
+    assert "No space left on device" in failed["error"]
+    assert metric(url, "sglang_supervisor_engine_log_writable") == 0
+    assert metric(url, "sglang_supervisor_engine_log_write_failures_total") == 1
+    filler.unlink()  # the operator frees space
+    recovered = d.event("engine_log.write_recovered")
+    assert recovered["dropped_bytes"] > 0
+    d.wait_for("engine output after the gap", lambda: (theirs / "engine.log").read_bytes().split(
+        b"bytes of engine output are missing here")[-1].count(b"\n") >= 3)
+    after = (theirs / "engine.log").read_bytes()
+    assert after.startswith(before)  # nothing that was on disk was lost
+    assert after.count(b"[sglang-supervisor] ") == 1  # one gap, one note
+    assert metric(url, "sglang_supervisor_engine_log_writable") == 1
+    assert metric(url, "sglang_supervisor_engine_log_dropped_bytes_total") == recovered["dropped_bytes"]
+    assert len(d.named("engine_log.write_failed")) == 1  # once per spell, not per write
     stop_cleanly(d)

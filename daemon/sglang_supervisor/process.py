@@ -103,6 +103,13 @@ class EngineProcess:
         self.pgid = popen.pid  # start_new_session makes the leader its session and group leader
         self.we_stopped = False
         self.family = EngineFamily(popen.pid, tag)
+        # The pump owns (and closes) the read end. Popen's own file object would close the same
+        # fd number again when it is collected, by then maybe a later engine's pipe: keep a dup
+        # (close-on-exec) and close Popen's now.
+        self._stdout_fd = -1
+        if popen.stdout is not None:
+            self._stdout_fd = os.dup(popen.stdout.fileno())
+            popen.stdout.close()
 
     @classmethod
     def spawn(cls, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None
@@ -127,8 +134,8 @@ class EngineProcess:
 
     @property
     def stdout_fd(self) -> int:
-        assert self.popen.stdout is not None
-        return self.popen.stdout.fileno()
+        assert self._stdout_fd >= 0
+        return self._stdout_fd
 
     @property
     def returncode(self) -> int | None:

@@ -105,9 +105,9 @@ FOREIGN_BYTES_BLOCKING = 1 << 30
 # While waiting for a temporary condition: how often it is checked, and how far ahead systemd's
 # start deadline is kept (the wait has its own bound, restart.temporary_wait_s).
 TEMPORARY_POLL_S = 1.0
+TEMPORARY_EXTEND_S = 60.0
 # How often the engine's family is walked for processes that left its session (setsid).
 ESCAPE_SCAN_S = 2.0
-TEMPORARY_EXTEND_S = 60.0
 
 PHASE_TO_METRIC = {
     Phase.PREFLIGHT: "starting", Phase.LAUNCHING: "starting", Phase.LOADING_WEIGHTS: "loading",
@@ -673,8 +673,8 @@ class Supervisor:
             self.metrics.engine_log_state(False, st.dropped_bytes, began=True)
             log.error("engine_log.write_failed", path=st.path, error=st.error,
                       hint=f"free space under {os.path.dirname(st.path) or '.'}: the engine keeps "
-                           "running, its output still goes to the journal; writing resumes by "
-                           "itself")
+                           "running (its lines reach the journal if logging.forward_engine_output "
+                           "is on); writing resumes by itself")
             return
         self.metrics.engine_log_state(st.ok, st.dropped_bytes)
         if self._log_spell is None:

@@ -155,8 +155,9 @@ def test_ready_ends_the_spell() -> None:
     acts = d.feed(TemporaryCleared(of(acts, WaitTemporary)[0].seq))
     d.relaunched(acts)
     d.to_ready()
-    d.feed(fail(FailureClass.PORT_IN_USE), dt=100.0)  # much later: a fresh spell, a fresh bound
-    acts = d.exit_engine(1)
+    d.exit_engine(-9)  # a crash while serving: the same profile again ...
+    assert of(d.feed(GpuBusy("pid 4242 holds 70 GiB on GPU0"), dt=100.0), StopEngine)
+    acts = d.exit_engine(None, we_stopped=True)  # ... much later: a fresh spell, a fresh bound
     assert SetTimer(TEMPORARY_TIMER, 10.0) in acts and not of(acts, Exit)
 
 

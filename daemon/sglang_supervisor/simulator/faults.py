@@ -44,6 +44,9 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    ValueError), exit 1
   setsid-escape                    a child calls setsid(), forks, and its grandchild keeps running
                                    outside the engine's session, holding a TCP port (logged)
+  echo-hostile[@S]                 S s after ready, requests whose prompts and outputs quote
+                                   failure/crash/capture/ready lines are echoed like
+                                   --log-requests does (in its --log-requests-level/-format)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
   when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
@@ -88,8 +91,9 @@ _KINDS = (
     "warmup-fail",
     "port-race",
     "setsid-escape",
+    "echo-hostile",
 )
-_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback"}
+_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
 

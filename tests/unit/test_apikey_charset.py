@@ -45,3 +45,24 @@ def test_both_key_files_refuse_it(tmp_path: Path, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         read_api_key(EngineSettings(command=["python3"], model_path="/m", api_key_file=str(f)))  # type: ignore[arg-type]
     assert "printable ASCII" in str(info.value.problems[0])
+
+
+@pytest.mark.parametrize(("content", "why"), [("admin", "5 characters long"), (BAD[0], "printable ASCII")])
+def test_check_refuses_a_gateway_key_that_run_would_refuse(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str) -> None:
+    # Everything `check` accepts, `run` can execute: `run` reads gateway.api_key_file at start.
+    from sglang_supervisor import cli
+    from sglang_supervisor.config import default_demo_config_path
+    from sglang_supervisor.exitcodes import ExitCode
+
+    key = tmp_path / "gw-key"
+    key.write_text(content + "\n", encoding="utf-8")
+    key.chmod(0o600)
+    gateway = f"gateway:\n  url: http://127.0.0.1:30080\n  api_key_file: {key}\n"
+    text = default_demo_config_path().read_text() + gateway
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    assert cli.main(["check", "-c", str(cfg), "--sglang-version", "0.5.17"]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert "gateway.api_key_file" in err and why in err
+    assert content not in err.replace(str(key), "")

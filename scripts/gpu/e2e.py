@@ -10,6 +10,8 @@ that this script owns) and checks, from the outside, what it did:
   s4_restart_stop    SIGKILL of a scheduler -> restart; SIGTERM -> bounded drain, nothing left
   s5_doctor_metrics  `doctor` and the NVML gauges of the metrics endpoint on the real GPU
   s6_tune            `tune` over the three profiles, when the command exists
+  s7_seed_shape      qwen.yaml's ladder (tuned first) on a tiny model of the seed's architecture
+  s8_systemd         the shipped unit, hardening unchanged, under a carried real systemd (GPU machine)
 
 Writes OUT/report.json, OUT/report.md and OUT/logs.tar.xz. Stdlib + the supervisor package only.
 """
@@ -38,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import seedshape  # noqa: E402
 
 SGLANG_VERSION = "0.5.17"
 READY_LINE = "The server is fired up and ready to roll"
@@ -661,7 +666,8 @@ class E2E:
         checks.append(check("supervised / hand-launched >= 0.98", ratio is not None and ratio >= 0.98, ratio))
         self.record("s2_throughput", checks, numbers)
 
-    def hand_launch(self, cfg: dict[str, Any], pipe: bool = False) -> dict[str, Any]:
+    def hand_launch(self, cfg: dict[str, Any], pipe: bool = False, profile: str = "graphs",
+                    log_name: str | None = None) -> dict[str, Any]:
         """The same argv and environment the supervisor renders, started by hand."""
         from sglang_supervisor.config import parse_config
         from sglang_supervisor.profiles import render
@@ -669,10 +675,10 @@ class E2E:
         port = free_port()
         cfg["engine"]["port"] = port
         config = parse_config(yaml.safe_dump(cfg), "hand.yaml")
-        rc = render(config, "graphs", SGLANG_VERSION, python=self.o.python)
+        rc = render(config, profile, SGLANG_VERSION, python=self.o.python)
         env = dict(os.environ, **rc.env)
         env.pop("NOTIFY_SOCKET", None)
-        log_path = self.work / ("hand-pipe-engine.log" if pipe else "hand-engine.log")
+        log_path = self.work / (log_name or ("hand-pipe-engine.log" if pipe else "hand-engine.log"))
         t0 = time.time()
         logf = log_path.open("wb")
         p = subprocess.Popen(rc.argv, stdout=subprocess.PIPE if pipe else logf, stderr=subprocess.STDOUT,
@@ -890,6 +896,137 @@ class E2E:
         self.record("s2b_pipe_diagnostic", [check("pipe launch measured", bool(med), med)],
                     {"hand_pipe": res, "pipe_over_file": round(med / file_med, 4) if med and file_med else None})
 
+    # -- scenario 7: the seed's shape ---------------------------------------------------------
+
+    def s7_seed_shape(self) -> None:
+        need = 240 if self.real else 40
+        if self.left() < need:
+            self.skip("s7_seed_shape", f"budget: {self.left():.0f} s left, {need} s needed")
+            return
+        work = self.work / "seed"
+        work.mkdir(parents=True, exist_ok=True)
+        model = self.o.seed_model if self.real else seedshape.SIM_MODEL
+        made = None
+        if self.real and not (Path(model) / "config.json").exists():
+            r = subprocess.run([self.o.engine_python, str(Path(__file__).parent / "make_tiny_qwen36.py"), model],
+                               capture_output=True, text=True, timeout=300)
+            made = (r.stdout or r.stderr)[-600:]
+        sim_env = {"SGLANG_SIM_VERSION": SGLANG_VERSION, "SGLANG_SIM_TIME_SCALE": f"{self.o.time_scale:g}"}
+        cfg = seedshape.seed_config(engine=self.o.engine, python=self.o.engine_python, model=model,
+                                    port=free_port(), metrics_port=free_port(), workdir=work, sim_env=sim_env)
+        numbers: dict[str, Any] = {"model_made": made, "adaptations": seedshape.adaptations(cfg)}
+        from sglang_supervisor.config import parse_config
+        from sglang_supervisor.profiles import render
+        parsed = parse_config(yaml.safe_dump(cfg), "seed.yaml")
+        numbers["rendered"] = {p.name: render(parsed, p.name, SGLANG_VERSION, python=self.o.engine_python).argv[3:]
+                               for p in parsed.profiles}
+        sup = SupervisorRun(self.o.python, cfg, work, "seed")
+        checks: list[dict[str, Any]] = []
+        try:
+            reserve = 150 if self.real else 15
+            ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - reserve)
+            if ready:
+                sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
+            lines = [text for _, text in sup.tail.lines]
+            readies = sup.named("supervisor.ready")
+            numbers["attempts"] = [
+                {"profile": d.get("profile"), "attempt": d.get("attempt")} for _, d in sup.named("engine.spawned")]
+            numbers["failures"] = [{k: d.get(k) for k in ("profile", "failure_class", "message")}
+                                   for _, d in sup.named("engine.failed")]
+            numbers["fallbacks"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "failure_class", "rule")}
+                                    for _, d in sup.named("profile.fallback")]
+            numbers["captures_supervisor"] = [
+                f"{d.get('profile')}: {d.get('owner')} {d.get('graph')} {d.get('seconds')} s"
+                for _, d in sup.named("engine.capture_end")]
+            numbers["capture_lines"] = seedshape.capture_sequence(lines)
+            numbers["prefill_graph_disabled"] = [d.get("reason") for _, d in sup.named("engine.prefill_graph_disabled")]
+            numbers["failure_lines"] = [d.get("message") for _, d in sup.named("engine.failure_line")][:6]
+            numbers["ready"] = readies[0][1] if readies else None
+            numbers["launch_to_READY_s"] = round(sup.notify.times("READY=1")[0] - sup.t0, 1) if ready else None
+            checks.append(check("READY=1 on some rung of the ladder", ready, numbers["ready"]))
+            checks.append(check("every capture line read by the supervisor",
+                                len(sup.named("engine.capture_end")) == sum(
+                                    1 for c in numbers["capture_lines"] if c.endswith(" end")),
+                                {"supervisor": len(sup.named("engine.capture_end")),
+                                 "log": len(numbers["capture_lines"])}))
+            if numbers["failures"]:
+                classes = [f["failure_class"] for f in numbers["failures"]]
+                checks.append(check("no start failure classified as unknown", "unknown" not in classes, classes))
+            lang = [text[:200] for text in lines if "server_args=" not in text and (
+                "language-only" in text or "EncoderBootstrap" in text
+                or ("encoder" in text.lower() and "bootstrap" in text.lower()))]
+            numbers["language_only_lines"] = lang[:6]
+            if ready:
+                base = sup.engine_url
+                series = probe_series(base, self.o.probe_runs, self.nvml.sm_clock_mhz)
+                t = time.time()
+                threads = [threading.Thread(target=stream_probe, args=(base,)) for _ in range(8)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join(120)
+                time.sleep(0.5)
+                after = [text for tt, text in sup.tail.lines if tt >= t - 60]
+                numbers["probe_series"] = series
+                numbers["accept_len"] = seedshape.accept_lengths([text for _, text in sup.tail.lines])[-12:]
+                numbers["decode_gen_tok_s"] = decode_gen_throughputs([(0.0, x) for x in after])[-6:]
+                st, body = http(base + "/server_info", timeout=20)
+                with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
+                    info = json.loads(body)
+                    states = info.get("internal_states") or [{}]
+                    numbers["server_info"] = {k: states[0].get(k) for k in
+                                              ("avg_spec_accept_length", "last_gen_throughput")}
+                    numbers["server_info"].update({k: info.get(k) for k in (
+                        "language_only", "speculative_algorithm", "cuda_graph_backend_prefill",
+                        "mamba_radix_cache_strategy", "enable_single_batch_overlap")})
+                numbers["listening_8997"] = 8997 in seedshape.listening_ports(_proc_net())
+                checks.append(check("NEXTN accept length logged", bool(numbers["accept_len"]),
+                                    numbers["accept_len"][-3:]))
+            rc, secs = sup.stop(60)
+            numbers["sigterm"] = {"rc": rc, "seconds": secs}
+            checks.append(check("supervisor exits 0 on SIGTERM", rc == 0, rc))
+            prof = (numbers["ready"] or {}).get("profile")
+            if ready and prof and self.left() > (150 if self.real else 15):
+                hand = self.hand_launch(cfg, profile=prof, log_name="seed-hand-engine.log")
+                numbers["hand"] = hand
+                hmed = (hand.get("probe_series") or {}).get("median_tok_s")
+                smed = numbers["probe_series"]["median_tok_s"]
+                numbers["supervised_over_hand"] = round(smed / hmed, 4) if smed and hmed else None
+        finally:
+            sup.close()
+        self.record("s7_seed_shape", checks, numbers)
+
+    # -- scenario 8: the shipped unit under real systemd ------------------------------------
+
+    def s8_systemd(self) -> None:
+        root = Path(__file__).resolve().parents[2]
+        if not self.real or not list((root / ".sd").glob("systemd_*.deb")):
+            self.skip("s8_systemd", "needs the GPU machine and Debian 12's systemd packages in .sd/")
+            return
+        if self.left() < 200:
+            self.skip("s8_systemd", f"budget: {self.left():.0f} s left, 200 s needed")
+            return
+        model = self.o.seed_model
+        if not (Path(model) / "config.json").exists():
+            subprocess.run([self.o.engine_python, str(Path(__file__).parent / "make_tiny_qwen36.py"), model],
+                           capture_output=True, timeout=300, check=False)
+        cfg = seedshape.unit_config(python=self.o.engine_python, model=model, metrics_port=free_port())
+        path = self.work / "seed-unit.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        env = dict(os.environ, CONFIG=str(path), MODEL=model, OUT=str(self.out),
+                   WAIT_S=str(int(max(60, self.left() - 90))))
+        try:
+            r = subprocess.run(["bash", str(Path(__file__).parent / "systemd-unit.sh")], env=env,
+                               capture_output=True, text=True, timeout=max(30, self.left() - 10))
+            rc: int | str = r.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        text = (self.out / "systemd.txt").read_text(errors="replace") if (self.out / "systemd.txt").exists() else ""
+        checks = [check(line[5:], line.startswith("PASS"), None)
+                  for line in text.splitlines() if line.startswith(("PASS ", "FAIL "))]
+        checks.append(check("systemd-unit.sh exit 0", rc == 0, rc))
+        self.record("s8_systemd", checks, {"transcript_tail": text[-3000:]})
+
     # -- scenario 6 ------------------------------------------------------------------------------
 
     def s6_tune(self) -> None:
@@ -921,7 +1058,8 @@ class E2E:
 
     def run(self) -> int:
         order = {"main": self.main_run, "fallback": self.s3_fallback, "tune": self.s6_tune,
-                 "pipe": self.s2b_pipe, "hand": self.s2a_hand_first}
+                 "pipe": self.s2b_pipe, "hand": self.s2a_hand_first, "seed": self.s7_seed_shape,
+                 "systemd": self.s8_systemd}
         for name in self.o.only.split(","):
             try:
                 order[name]()
@@ -940,6 +1078,14 @@ class E2E:
             for p in sorted(self.work.rglob("*")):
                 if p.is_file() and p.suffix in (".log", ".yaml", ".json") or p.name.startswith("engine.log"):
                     tar.add(p, arcname=str(p.relative_to(self.work)))
+
+
+def _proc_net() -> list[str]:
+    out: list[str] = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            out += Path(name).read_text().splitlines()[1:]
+    return out
 
 
 def _find_key(doc: Any, key: str) -> Any:
@@ -982,7 +1128,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="main run only measures tok/s and stops (for --only hand,main,pipe)")
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default="main,fallback,pipe,tune",
-                   help="comma-separated, in order: main,fallback,pipe,tune")
+                   help="comma-separated, in order: main,fallback,pipe,tune,hand,seed")
+    p.add_argument("--seed-model", default="/tmp/tiny36",
+                   help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
     return p.parse_args(argv)
 
 

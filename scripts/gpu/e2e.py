@@ -1000,7 +1000,7 @@ class E2E:
             numbers["sigterm"] = {"rc": rc, "seconds": secs}
             checks.append(check("supervisor exits 0 on SIGTERM", rc == 0, rc))
             prof = (numbers["ready"] or {}).get("profile")
-            if ready and prof and self.left() > (150 if self.real else 15):
+            if self.o.seed_hand and ready and prof and self.left() > (150 if self.real else 15):
                 hand = self.hand_launch(cfg, profile=prof, log_name="seed-hand-engine.log")
                 numbers["hand"] = hand
                 hmed = (hand.get("probe_series") or {}).get("median_tok_s")
@@ -1273,6 +1273,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default="main,fallback,pipe,tune",
                    help="comma-separated, in order: main,fallback,pipe,tune,hand,seed")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
+    p.add_argument("--seed-hand", action="store_true",
+                   help="s7_seed_shape: also hand-launch the profile that became ready (same argv, same probes)")
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
     return p.parse_args(argv)

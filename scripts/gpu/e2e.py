@@ -912,6 +912,9 @@ class E2E:
 
     # -- scenario 7: the seed's shape ---------------------------------------------------------
 
+    def seed_drop(self) -> tuple[str, ...]:
+        return tuple(f for f in self.o.seed_drop.split(",") if f)
+
     def s7_seed_shape(self) -> None:
         need = 240 if self.real else 40
         if self.left() < need:
@@ -927,7 +930,8 @@ class E2E:
             made = (r.stdout or r.stderr)[-600:]
         sim_env = {"SGLANG_SIM_VERSION": SGLANG_VERSION, "SGLANG_SIM_TIME_SCALE": f"{self.o.time_scale:g}"}
         cfg = seedshape.seed_config(engine=self.o.engine, python=self.o.engine_python, model=model,
-                                    port=free_port(), metrics_port=free_port(), workdir=work, sim_env=sim_env)
+                                    port=free_port(), metrics_port=free_port(), workdir=work, sim_env=sim_env,
+                                    drop=self.seed_drop())
         numbers: dict[str, Any] = {"model_made": made, "adaptations": seedshape.adaptations(cfg)}
         from sglang_supervisor.config import parse_config
         from sglang_supervisor.profiles import render
@@ -1024,7 +1028,8 @@ class E2E:
         if not (Path(model) / "config.json").exists():
             subprocess.run([self.o.engine_python, str(Path(__file__).parent / "make_tiny_qwen36.py"), model],
                            capture_output=True, timeout=300, check=False)
-        cfg = seedshape.unit_config(python=self.o.engine_python, model=model, metrics_port=free_port())
+        cfg = seedshape.unit_config(python=self.o.engine_python, model=model, metrics_port=free_port(),
+                                    drop=self.seed_drop())
         path = self.work / "seed-unit.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, CONFIG=str(path), MODEL=model, OUT=str(self.out),
@@ -1275,6 +1280,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--seed-hand", action="store_true",
                    help="s7_seed_shape: also hand-launch the profile that became ready (same argv, same probes)")
+    p.add_argument("--seed-drop", default="",
+                   help="seed scenarios: comma-separated flags taken out of every qwen.yaml profile")
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
     return p.parse_args(argv)

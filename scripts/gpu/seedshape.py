@@ -39,10 +39,15 @@ CAPTURE_ANY = re.compile(
 
 
 def seed_config(*, engine: str, python: str, model: str, port: int, metrics_port: int, workdir: Path,
-                sim_env: dict[str, str] | None = None, source: Path = SEED_YAML) -> dict[str, Any]:
-    """qwen.yaml with the device's adaptations (see the module docstring); plain YAML data."""
+                sim_env: dict[str, str] | None = None, source: Path = SEED_YAML,
+                drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """qwen.yaml with the device's adaptations (see the module docstring); plain YAML data.
+    `drop`: flags taken out of every profile (an experiment, recorded in `adaptations`)."""
     doc = yaml.safe_load(source.read_text())
     cfg = copy.deepcopy(doc)
+    for prof in cfg["profiles"]:
+        for flag in drop:
+            (prof.get("args") or {}).pop(flag, None)
     eng = cfg["engine"]
     if engine == "real":
         eng["command"] = [python, "-m", "sglang.launch_server"]
@@ -115,10 +120,11 @@ def listening_ports(proc_net: list[str]) -> set[int]:
     return ports
 
 
-def unit_config(*, python: str, model: str, metrics_port: int, source: Path = SEED_YAML) -> dict[str, Any]:
+def unit_config(*, python: str, model: str, metrics_port: int, source: Path = SEED_YAML,
+                drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """The seed config as the shipped unit runs it: the unit's own directories, journald logging."""
     cfg = seed_config(engine="real", python=python, model=model, port=30000, metrics_port=metrics_port,
-                      workdir=Path("/var/log/sglang-supervisor"), source=source)
+                      workdir=Path("/var/log/sglang-supervisor"), source=source, drop=drop)
     cfg["engine"]["log_file"] = "/var/log/sglang-supervisor/seed-engine.log"
     cfg["logging"] = {"format": "auto", "forward_engine_output": True}
     cfg["state_dir"] = "/var/lib/sglang-supervisor"

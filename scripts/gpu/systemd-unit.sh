@@ -40,7 +40,7 @@ chmod -R a+rX /opt/sgs
 mkdir -p /etc/sglang-supervisor
 sed "s#$MODEL#/opt/sgs/model#g" "$CONFIG" > /etc/sglang-supervisor/seed.yaml
 chmod 0644 /etc/sglang-supervisor/seed.yaml
-say "payload ready at $(el) s"
+say "payload ready at $(el) s; engine venv marker: $(ls $(dirname $(dirname $py))/pyvenv.cfg 2>&1)"
 
 # --- systemd 252 from Debian 12 ----------------------------------------------------------------
 mkdir -p /tmp/sd && for f in "$root"/.sd/*.deb; do dpkg -x "$f" /tmp/sd; done
@@ -54,6 +54,9 @@ say "GPU memory used before: $baseline MiB"
 
 unshare --pid --fork --mount --cgroup --uts --ipc bash -c '
 mount --make-rprivate /
+# This pid namespace'"'"'s own /proc: systemd and journald read /proc/PID of the processes they manage
+# (with the host'"'"'s /proc, journald attributed no line to the unit and "Main PID" named a kworker).
+mount -t proc proc /proc
 mount -t tmpfs tmpfs /run
 mkdir -p /run/systemd/system /usr/lib/systemd
 mount --bind /tmp/sd/lib/systemd /usr/lib/systemd

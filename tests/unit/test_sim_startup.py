@@ -60,7 +60,8 @@ def test_nextn_tp2_verify_on_both_ranks_draft_decode_extend_on_tp0_only() -> Non
     for steps in (tp0, tp1):
         text = logs(steps)
         off = text.index("Disable prefill CUDA graph because some layers do not apply Standard GQA")
-        assert off > max(i for i, t in enumerate(text) if t.startswith("Capture target verify CUDA graph end"))
+        verify_end = max(i for i, t in enumerate(text) if t.startswith("Capture target verify CUDA graph end"))
+        assert off > verify_end
     assert tp0[-1].kind == "ready" and tp1[-1].kind == "ready"
     assert any(t.startswith("max_total_num_tokens=") for t in logs(tp0))
     assert not any(t.startswith("max_total_num_tokens=") for t in logs(tp1))
@@ -145,7 +146,8 @@ def test_draft_fault_hits_the_first_draft_graph() -> None:
     dense = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000", "--speculative-algorithm", "STANDALONE",
              "--speculative-draft-model-path", "Qwen/Qwen3-0.6B", "--speculative-num-steps", "3",
              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
-    assert captures(script([*dense, "--sim-fault", "capture-fail:draft"]))[-1] == "Capture draft prefill begin"
+    first_draft = captures(script([*dense, "--sim-fault", "capture-fail:draft"]))[-1]
+    assert first_draft == "Capture draft prefill begin"
 
 
 def test_dense_draft_captures_its_prefill_graph_and_hybrid_prefill_off_says_so_twice() -> None:

@@ -782,7 +782,7 @@ class E2E:
             victim = {"pid": int(engine_pid), "cmd": "launcher (the simulator has no scheduler child)"}
         checks.append(check("found a scheduler process", victim is not None,
                             victim["cmd"][:80] if victim else numbers["engine_children"]))
-        restart_budget = 200 if self.real else 20
+        restart_budget = 200 if self.real else 40  # a loaded CI CPU: relaunch took 10.2 s once
         if victim is not None and self.left() > restart_budget:
             n_ready = len(sup.named("supervisor.ready"))
             tk = time.time()

@@ -77,7 +77,7 @@ from sglang_supervisor.policy import (
     WaitTemporary,
 )
 from sglang_supervisor.probe import ProbeResult, engine_load
-from sglang_supervisor.process import EngineProcess, engine_env
+from sglang_supervisor.process import EngineProcess, engine_env, venv_bin_dir
 from sglang_supervisor.profiles import (
     RenderedCommand,
     config_problems,
@@ -703,7 +703,7 @@ class Supervisor:
                 self.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
                                        f"{secret_path}: {exc.strerror}", config_error=True))
                 return
-        env = engine_env(self.opts.environ, rc.env)
+        env = engine_env(self.opts.environ, rc.env, venv_bin_dir(rc.argv[0]))
         if not self._engine_started_once:
             gpus = gpu.snapshot()
             self._gpu_baseline = gpu.total_used(gpus, self._gpu_set()) if gpus else None

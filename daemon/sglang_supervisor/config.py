@@ -356,6 +356,11 @@ class GatewaySettings(_Strict):
         if v is not None and not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", v):
             raise FixableValueError(f"{v!r} is not an http(s) URL",
                                     "write e.g. http://10.0.0.5:30080 (scheme, host and port)")
+        if v is not None and "@" in v.split("/", 3)[2]:
+            # Both URLs are printed in log lines and /status: never with a password in them.
+            raise FixableValueError("the URL holds credentials (user:password@), which would be "
+                                    "printed in logs and /status",
+                                    "remove them; put the gateway's key into gateway.api_key_file")
         return v.rstrip("/") if v is not None else v
 
     @property

@@ -378,8 +378,9 @@ class Supervisor:
         self._loop = loop
         self._done = loop.create_future()
         loop.set_exception_handler(self._loop_exception)
-        if self.prep.api_key:
-            set_redactions([self.prep.api_key])
+        # The gateway's key too: a gateway (or a proxy before it) may quote it in an error page.
+        if keys := [k for k in (self.prep.api_key, self.prep.gateway_key) if k]:
+            set_redactions(keys)
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             loop.add_signal_handler(sig, self.feed, StopRequested(name))
         loop.add_signal_handler(signal.SIGHUP, self._spawn_task, self._reload)
@@ -1062,8 +1063,8 @@ class Supervisor:
         old_fp, self.fp = self.fp, await asyncio.to_thread(self._fingerprint)
         if self.fp != old_fp:
             log.info("supervisor.fingerprint_changed", old=old_fp, new=self.fp)
-        if prepared.api_key:
-            set_redactions([prepared.api_key])
+        if keys := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
+            set_redactions(keys)
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))
         if not changed and current and self.fp != old_fp and self.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a

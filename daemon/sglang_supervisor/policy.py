@@ -739,9 +739,11 @@ class Lifecycle:
                 "profile": self.profile, "failure_class": failed.failure.value,
                 "rank": ev.rank, "line": ev.line_no, "message": failed.message,
                 "while_serving": serving}))
-            # One line never stops a serving engine: it may be text a user sent. What the engine
-            # does next decides (it exits, or stops answering health checks and probes).
-            if first and self._engine_alive and self._stop_reason is None and not serving:
+            # One line never stops an engine users can reach (HTTP up: warming up or serving): it
+            # may be text a user sent (SGLang prints request dict keys unescaped). What the engine
+            # does next decides (it exits, or its ready probe, health checks and probes fail).
+            reachable = serving or self.phase == Phase.WARMING_UP
+            if first and self._engine_alive and self._stop_reason is None and not reachable:
                 acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
             return acts
         if isinstance(ev, DecodeStats) and ev.gen_throughput is not None and ev.running_req:

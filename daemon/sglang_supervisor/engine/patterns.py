@@ -90,6 +90,37 @@ ACCESS_LOG_PREFIX = "INFO:"
 ACCESS_LOG_KEY = " HTTP/1."
 READY_LINE = "The server is fired up and ready to roll!"
 
+# -- request echoes (--log-requests) -----------------------------------------------------------
+# Records that carry a user's text: `Receive: obj=GenerateReqInput(rid=..., text='...', ...)`,
+# `Receive OpenAI: obj={...}`, `Finish: obj=..., out={...}` (0.4+; multimodal_gen too), 0.3.x's
+# `in=GenerateReqInput(...), out={...}` and `--log-requests-format json`'s
+# `{"timestamp": "...", "event": "request.received", ...}`. Only the start of a record says what
+# it is: everything after it may be a prompt or a generated text, so nothing in it is an event.
+ECHO_PREFIXES = ("Receive: obj=", "Receive OpenAI: obj=", "Finish: obj=", "in=", '{"timestamp": "')
+LEGACY_ECHO = re.compile(r"in=\w+\(")
+JSON_ECHO_EVENT = '", "event": "request.'
+# SGLang prints the strings inside an echo with repr() (JSON escapes in the json form), so a real
+# echo is one physical line ending with its closing bracket. One that does not end so was cut by
+# another process's write, or is a raw-string form of an old build: the lines after it belong to
+# it until one ends with a closing bracket (at most ECHO_CONTINUATION_LINES lines).
+ECHO_CLOSERS = (")", "}")
+ECHO_CONTINUATION_LINES = 1000
+# Records of a failed *request* (user input inside; the engine keeps serving): they and the
+# traceback printed right after them (logger.exception) are never engine failures.
+REQUEST_ERROR_PREFIXES = (
+    "[http_server] Error: ", "Error in request: ", "Exception in ASGI application",
+    "ERROR:    Exception in ASGI application",
+    # Records about one request whose text the user steers (the model's tool call or reasoning,
+    # a request's lora_path, a client's disconnect): SGLang's own f-strings, 0.5.17 and 0.5.23.
+    "Tool call parsing error: ", "Reasoning parsing error: ", "DS32EncodingError: ",
+    "[http_server] Client disconnected: ", "Reloading evicted adapter: ",
+)
+
+# Where SGLang puts these records' key words: at the start of the message (after the header).
+# Matching them anywhere in a line would read them inside any text that merely quotes them.
+# 0.4.x spells it `proces.` / `proces(s).`: the prefix ends before the spelling differs.
+CRASH_PREFIXES = ("Received sigquit from a child proces", "SIGQUIT received")
+
 # -- serving -------------------------------------------------------------------------------------
 DECODE_KEY = "Decode batch"
 PREFILL_KEY = "Prefill batch"
@@ -145,7 +176,20 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
     ("Unknown speculative algorithm name", FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
+    # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
+    # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
+    # torch's TCPStore (`EADDRINUSE`, `errno: 98`) and SGLang's own precheck of its derived ports
+    # (`Port is already in use. dist_init_port=...`, then `ValueError: port_base at 30001 is not
+    # available in 30 seconds. ...`). Not its progress line while it waits (`port 30001 is in use.
+    # Waiting for 11 seconds for port_base to be available. ...`): the port may still come free.
     ("Address already in use", FailureClass.PORT_IN_USE),
+    ("address already in use", FailureClass.PORT_IN_USE),
+    ("[Errno 98]", FailureClass.PORT_IN_USE),
+    ("errno: 98", FailureClass.PORT_IN_USE),
+    ("EADDRINUSE", FailureClass.PORT_IN_USE),
+    ("Port is already in use", FailureClass.PORT_IN_USE),
+    ("port_base at ", FailureClass.PORT_IN_USE),
+    ("_port at ", FailureClass.PORT_IN_USE),
     ("Fail when using backend: breakable for prefill runner", FailureClass.PREFILL_GRAPH_FAILED),
     ("Piecewise CUDA Graph failed with error", FailureClass.PREFILL_GRAPH_FAILED),
     ("Not enough memory. Please try to increase --mem-fraction-static", FailureClass.KV_CACHE_OOM),
@@ -174,6 +218,13 @@ SIGNATURE_GATE = (
     "Unknown",
     "removed",
     "Address",
+    "address",
+    "Errno",
+    "errno",
+    "EADDRINUSE",
+    "Port is",
+    "port_base at",
+    "_port at",
     "Fail",
     "failed",
     "memory",

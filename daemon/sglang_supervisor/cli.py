@@ -75,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("logscan", help="explain a saved SGLang log: ready? capture? why did it fail?")
     p.add_argument("files", nargs="+", metavar="FILE", help="engine log file(s); - for stdin")
     p.add_argument("--json", action="store_true", help="one JSON object per file")
+    p.add_argument("--run", type=int, default=None, metavar="N",
+                   help="a log file holding several engine starts: summarise run N (1 = the first; "
+                   "-1 = the last, the default); the others are listed")
+    p.add_argument("--explain", action="store_true",
+                   help="also print the failure's line and what the supervisor would do about it: "
+                   "the fallback profile the configuration's remediation rules pick")
+    p.add_argument("--config", "-c", default=DEFAULT_CONFIG, metavar="FILE",
+                   help="the configuration whose remediation rules --explain applies; "
+                   f"default {DEFAULT_CONFIG}")
 
     p = sub.add_parser("demo", help="run the supervisor on the SGLang simulator, in the foreground",
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,11 +1,12 @@
-"""Compat tier: real `sglang` wheels in their own venvs under .cache/compat/ (gitignored, reused).
+"""Compat tier: real `sglang` wheels in their own venvs under <cache> =
+~/.cache/sglang-supervisor-tests/compat/ (tiers.cache_dir; outside the checkout, reused by clones).
 
 Layout, so that a second SGLang release costs only its own wheel:
-  .cache/compat/deps/           torch (CPU) + triton + the few modules server_args imports
-  .cache/compat/sglang-<V>/     sglang==V installed --no-deps, plus deps.pth pointing at deps/
+  <cache>/deps/           torch (CPU) + triton + the few modules server_args imports
+  <cache>/sglang-<V>/     sglang==V installed --no-deps, plus deps.pth pointing at deps/
 Each venv is marked ready only after a complete install, so an interrupted build is redone.
 Without network or wheels the tier skips, and fails under SGLANG_SUPERVISOR_REQUIRE_ALL_TIERS=1.
-  .cache/compat/deps-tv/        for 0.5.13 and 0.5.17, whose `server_args` import chain reaches
+  <cache>/deps-tv/        for 0.5.13 and 0.5.17, whose `server_args` import chain reaches
                                 torchvision (sglang/srt/utils/common.py) and transformers: PyPI's
                                 torchvision does not import beside the CPU torch 2.13 file, so this
                                 layer has torch 2.14.1 + torchvision 0.29.1 (the pair this machine's
@@ -28,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from tiers import require
+from tiers import cache_dir, require
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "compat"
+CACHE = cache_dir("compat")
 # `pip install torch==2.13.0` takes the CPU wheel the machine image ships (no multi-GB CUDA build).
 TORCH = "torch==2.13.0"
 DEPS = [

@@ -135,6 +135,10 @@ class SupervisorMetrics:
                                     "position of the active profile in the ladder (0 = primary)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
+        self.internal_errors = Counter(
+            f"{NS}_internal_errors",
+            "exceptions inside the supervisor (its own faults, never a profile's), kept across restarts",
+            registry=r)
         self.start_attempts = Counter(f"{NS}_start_attempts", "engine start attempts",
                                       ["profile", "result"], registry=r)
         self.startup = Gauge(f"{NS}_startup_seconds", "duration of the last successful start", registry=r)

@@ -259,7 +259,11 @@ class Supervisor:
         self.opts = options
         self.notifier = notifier or Notifier(options.environ)
         self.metrics = SupervisorMetrics()
-        self.store = state.StateStore(self.config.state_dir)
+        self.store = state.StateStore(self.config.state_dir, self.config.name)
+        # Set by the first exception inside the supervisor: from then on the lifecycle is not fed
+        # (the engine's exit that our own stop causes must not be blamed on its profile).
+        self._internal_failure = False
+        self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
         self.fp = self._fingerprint()
         self.lifecycle = Lifecycle(self._settings(first_run=True))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -430,10 +434,23 @@ class Supervisor:
             self._internal_error(task.exception())
 
     def _internal_error(self, exc: BaseException | None, where: str | None = None) -> None:
-        log.error("supervisor.internal_error", error=repr(exc), where=where,
-                  exc_info=exc if isinstance(exc, Exception) else None)
+        """A bug of ours (or a value we could not use): the supervisor's fault, never the
+        profile's. Logged and counted, the engine is stopped and we exit 1 (systemd restarts us);
+        nothing is remembered against the profile that was running."""
+        log.error("supervisor.internal_error", error=repr(exc)[:500], where=where,
+                  profile=self.lifecycle.profile, phase=self.lifecycle.phase.value,
+                  exc_info=exc if isinstance(exc, Exception) else None,
+                  hint="a fault of the supervisor, not of the engine or its profile; please report")
+        if not self._internal_failure:
+            self._internal_failure = True
+            self.metrics.internal_errors.inc()
+            with contextlib.suppress(Exception):
+                self.store.count_internal_error()
+            with contextlib.suppress(Exception):
+                self.notifier.status(f"internal error ({type(exc).__name__}): stopping; "
+                                     "the supervisor's fault, no profile blamed")
         if self._done is not None and not self._done.done():
-            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"))
+            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"[:500]))
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's last resort, in our log. A callback of ours that raised (a timer, a signal,
@@ -448,6 +465,8 @@ class Supervisor:
     # -- the policy bridge ------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
+        if self._internal_failure:
+            return  # shutting down after our own error: nothing is decided (or blamed) any more
         actions = self.lifecycle.handle(inp, time.monotonic())
         for action in actions:
             self._apply(action)

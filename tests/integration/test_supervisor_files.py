@@ -1,0 +1,82 @@
+"""The supervisor's own files and faults over the simulator (issue 12 items 2 and 4, issue 18
+items 2 and 4): an exception inside the supervisor blames no profile; a corrupt state file, at
+start or at a reload, is moved aside and the engine keeps serving; a reload that cannot apply
+every changed key is refused with a reason where operators look; a profile whose known-bad entry
+expired is tried again first, on probation.
+
+Each test starts the real `sglang-supervisor run` as a subprocess with a NOTIFY_SOCKET it owns
+(tests/supervised.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervised import Daemon, base_config, start, stop_cleanly
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for d in started:
+        d.close()
+
+
+def state_file(workdir: Path) -> Path:
+    return workdir / "state" / "demo.state.json"  # demo.yaml's name: demo
+
+
+def remembered_bad(workdir: Path) -> dict[str, Any]:
+    path = state_file(workdir)
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {p: r for fp in data["fingerprints"].values() for p, r in fp["bad"].items()}
+
+
+# A bug of the supervisor's own, injected where it once happened: a value it could not use while
+# the engine's log was moving (an infinite stall_s overflowed EXTEND_TIMEOUT_USEC).
+INJECTED_BUG = '''
+"""sitecustomize: an injected supervisor bug, raised while the engine starts up."""
+import os
+if os.environ.get("FAULT_SUPERVISOR_BUG") and "sglang_supervisor.simulator" not in " ".join(os.sys.argv):
+    from sglang_supervisor import notify
+
+    def _broken(self, seconds):
+        raise OverflowError("injected supervisor bug")
+
+    notify.Notifier.extend_timeout = _broken
+'''
+
+
+def test_an_exception_inside_the_supervisor_blames_no_profile(daemons: list[Daemon],
+                                                               tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(INJECTED_BUG)
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "FAULT_SUPERVISOR_BUG": "1"}
+    d = start(daemons, tmp_path, base_config(tmp_path), env=env)
+    err = d.event("supervisor.internal_error")
+    assert "injected supervisor bug" in err["error"] and err["profile"] == "tuned"
+    assert d.exit_code() == 1  # the supervisor's fault: systemd restarts it (Restart=on-failure)
+    assert not d.named("engine.failed") and not d.named("profile.fallback")
+    assert len(d.engine_pids()) == 1  # no second profile was launched
+    assert remembered_bad(tmp_path) == {}  # nothing held against the profile
+    assert json.loads(state_file(tmp_path).read_text())["internal_errors"] == 1  # counted
+    assert any(n.startswith("STATUS=internal error") for n in d.notes), d.notes
+    assert "READY=1" not in d.notes
+    # The next start (systemd's restart) runs the same profile again, not a fallback.
+    again = start(daemons, tmp_path, base_config(tmp_path))
+    again.notified("READY=1")
+    assert again.event("engine.launch")["profile"] == "tuned"
+    stop_cleanly(again)

@@ -133,6 +133,9 @@ class SupervisorMetrics:
         self.active_profile = Info(f"{NS}_active_profile", "profile the engine runs", registry=r)
         self.fallback_level = Gauge(f"{NS}_fallback_level",
                                     "position of the active profile in the ladder (0 = primary)", registry=r)
+        self.below_best = Gauge(f"{NS}_below_best_profile_seconds",
+                                "how long this deployment has served below the ladder's best profile, "
+                                "across restarts (0 at the best)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
         self.internal_errors = Counter(

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor import gpu, ports, state
+from sglang_supervisor import gpu, ports, state, wayback
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
@@ -181,7 +181,7 @@ def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
 
 
 def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
-                    retry_known_bad: bool) -> Settings:
+                    retry_known_bad: bool, probation: str | None = None) -> Settings:
     t = config.timeouts
     return Settings(
         profiles=tuple(config.profile_names),
@@ -189,6 +189,7 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         last_good=last_good,
         known_bad=dict(known_bad),
         retry_known_bad=retry_known_bad,
+        probation=probation,
         same_profile_retries=config.restart.same_profile_retries,
         health_failures=t.health_failures,
         stall_s=t.stall_s,
@@ -264,6 +265,8 @@ class Supervisor:
         # (the engine's exit that our own stop causes must not be blamed on its profile).
         self._internal_failure = False
         self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
+        self._below_best_since: float | None = None  # wall clock; persisted per fingerprint
+        self.metrics.below_best.set_function(self._below_best_seconds)
         self.fp = self._fingerprint()
         self.lifecycle = Lifecycle(self._settings(first_run=True))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -298,15 +301,24 @@ class Supervisor:
 
     def _settings(self, first_run: bool) -> Settings:
         now = time.time()
-        bad = self.store.known_bad(self.fp, now, self.config.restart.known_bad_ttl_s)
-        last_good = self.store.last_good(self.fp)
-        if last_good is None:
-            ranking = self.store.ranking(self.fp)
-            last_good = ranking[0] if ranking else None
+        fs = self.store.fingerprint_state(self.fp)
+        last_good = fs.last_good.profile if fs.last_good is not None else None
+        if last_good is None and fs.ranking is not None and fs.ranking.profiles:
+            last_good = fs.ranking.profiles[0]  # `tune`'s winner
+        r = self.config.restart
+        plan = wayback.plan(self.config.profile_names, last_good, fs.bad, now,
+                            wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
+        self._below_best_since = fs.below_best_since
         return policy_settings(
-            self.config, last_good=last_good,
-            known_bad={p: r.failure_class for p, r in bad.items()},
+            self.config, last_good=plan.last_good, known_bad=plan.backoff,
+            probation=plan.probation if first_run else None,
             retry_known_bad=self.opts.retry_known_bad and first_run)
+
+    def _below_best_seconds(self) -> float:
+        """For the metric: how long this deployment has served below the ladder's best profile
+        (across restarts: the start of the spell is in the state file)."""
+        since = self._below_best_since
+        return 0.0 if since is None else max(0.0, time.time() - since)
 
     @property
     def base_url(self) -> str:
@@ -502,7 +514,9 @@ class Supervisor:
         elif isinstance(a, NotifyReloading):
             self.notifier.reloading(self.lifecycle.status_text())
         elif isinstance(a, MarkGood):
-            self.store.mark_good(self.fp, a.profile, time.time())
+            self.store.mark_serving(self.fp, a.profile, time.time(),
+                                    below_best=a.profile != self.config.profile_names[0])
+            self._below_best_since = self.store.fingerprint_state(self.fp).below_best_since
             self.metrics.start_attempt(a.profile, "ready")
             if a.seconds is not None:
                 self.metrics.startup_seconds(a.seconds)

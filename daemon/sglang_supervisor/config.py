@@ -567,7 +567,7 @@ def _yaml_error(exc: yaml.YAMLError, source: str, text: str) -> ConfigProblem:
 
 # A configuration is a few hundred values; aliases may repeat a block, not multiply it a billion
 # times ("billion laughs": pydantic would walk every copy).
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = 256 << 10  # qwen.yaml, comments and all, is 8 KiB; PyYAML parses ~50 KiB/s
 MAX_EXPANDED_NODES = 50_000
 
 
@@ -945,8 +945,8 @@ def model_path_problems(model: str) -> list[ConfigProblem]:
         return []
     if not os.path.isabs(os.path.expanduser(model)) and not model.startswith(("./", "../", "~")):
         return [ConfigProblem(path, f"{model!r} is neither a local path nor a Hugging Face id",
-                              "write the absolute path of the weights directory, or an id such as "
-                              "Qwen/Qwen3-8B")]
+                              "write the absolute path of the weights directory, or a Hugging Face "
+                              "id such as Qwen/Qwen3-8B")]
     try:
         os.stat(os.path.expanduser(model))
         why = "cannot be read"

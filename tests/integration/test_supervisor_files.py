@@ -80,3 +80,70 @@ def test_an_exception_inside_the_supervisor_blames_no_profile(daemons: list[Daem
     again.notified("READY=1")
     assert again.event("engine.launch")["profile"] == "tuned"
     stop_cleanly(again)
+
+
+# ------------------------------------------------------------------------------ the way back
+
+# tuned's prefill graph capture fails; the fault rides in the supervisor's environment and matches
+# only tuned's command line, so the configuration (and the fingerprint) stay the same across runs.
+TUNED_FAILS = {"SGLANG_SIM_FAULTS": "capture-fail:prefill+when=--enable-single-batch-overlap"}
+DAY = 86400.0
+
+
+def age_records(workdir: Path, seconds: float) -> None:
+    """Time passes for the remembered failures (the file is what a later start reads)."""
+    path = state_file(workdir)
+    data = json.loads(path.read_text())
+    for fp in data["fingerprints"].values():
+        for record in fp["bad"].values():
+            record["at"] -= seconds
+        if fp.get("below_best_since") is not None:
+            fp["below_best_since"] -= seconds
+    path.write_text(json.dumps(data))
+
+
+def serve_and_stop(daemons: list[Daemon], workdir: Path, data: dict[str, Any],
+                   env: dict[str, str] | None = None) -> Daemon:
+    d = start(daemons, workdir, data, env=env)
+    d.notified("READY=1")
+    stop_cleanly(d)
+    return d
+
+
+def launched(d: Daemon) -> list[tuple[str, str]]:
+    return [(e["profile"], e["reason"]) for e in d.named("engine.launch")]
+
+
+def test_the_way_back_after_an_expired_known_bad_entry(daemons: list[Daemon], tmp_path: Path) -> None:
+    data = base_config(tmp_path)
+    data["restart"].update(known_bad_ttl_s=7 * DAY, transient_retry_s=3600)  # the defaults
+    first = serve_and_stop(daemons, tmp_path, data, TUNED_FAILS)
+    assert launched(first) == [("tuned", "first profile"),
+                               ("no-prefill-graph", "fallback after prefill_graph_failed")]
+    assert remembered_bad(tmp_path)["tuned"]["count"] == 1
+
+    # a day later: tuned is still in its back-off (a week for a capture failure)
+    age_records(tmp_path, DAY)
+    second = serve_and_stop(daemons, tmp_path, data, TUNED_FAILS)
+    assert launched(second) == [("no-prefill-graph", "last known good")]
+    assert second.event("profile.known_bad_skipped")["profile"] == "tuned"
+
+    # eight days later the entry expired: tuned goes first, on probation; the fault is still
+    # there, so it fails and the next attempt is the last good profile at once
+    age_records(tmp_path, 8 * DAY)
+    third = serve_and_stop(daemons, tmp_path, data, TUNED_FAILS)
+    assert launched(third) == [("tuned", "probation"),
+                               ("no-prefill-graph", "fallback after prefill_graph_failed")]
+    assert third.event("profile.fallback")["rule"] == "probation failed: back to the last good profile"
+    assert remembered_bad(tmp_path)["tuned"]["count"] == 2  # the next back-off is two weeks
+    spell = json.loads(state_file(tmp_path).read_text())["fingerprints"]
+    assert all(fp["below_best_since"] is not None for fp in spell.values())
+
+    # fifteen days later, the cause fixed: the probation passes and tuned serves again
+    age_records(tmp_path, 15 * DAY)
+    fourth = serve_and_stop(daemons, tmp_path, data)
+    assert launched(fourth) == [("tuned", "probation")]
+    assert fourth.event("profile.probation_passed")["profile"] == "tuned"
+    assert remembered_bad(tmp_path) == {}
+    spell = json.loads(state_file(tmp_path).read_text())["fingerprints"]
+    assert all(fp["below_best_since"] is None for fp in spell.values())

@@ -138,6 +138,13 @@ class SupervisorMetrics:
                                 "across restarts (0 at the best)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
+        self.reloads = Counter(f"{NS}_config_reloads", "SIGHUP reloads by result (applied, refused)",
+                               ["result"], registry=r)
+        self.reload_ok = Gauge(f"{NS}_config_last_reload_successful",
+                               "0 after a refused reload, until a reload is applied", registry=r)
+        for result in ("applied", "refused"):
+            self.reloads.labels(result)
+        self.reload_ok.set(1)
         self.internal_errors = Counter(
             f"{NS}_internal_errors",
             "exceptions inside the supervisor (its own faults, never a profile's), kept across restarts",
@@ -197,6 +204,11 @@ class SupervisorMetrics:
             r.register(gpu_collector or GpuCollector())
 
     # --- what CORE calls ---------------------------------------------------------------------
+
+    def reload_result(self, result: str) -> None:
+        """`applied` or `refused` (a reload that would not apply every changed key)."""
+        self.reloads.labels("refused" if result == "refused" else "applied").inc()
+        self.reload_ok.set(0 if result == "refused" else 1)
 
     def set_state(self, phase: str) -> None:
         """Current supervisor phase, one of STATES (others are shown as "other")."""

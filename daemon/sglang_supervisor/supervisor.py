@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor import gpu, ports, state, wayback
+from sglang_supervisor import gpu, ports, reloadplan, state, wayback
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
@@ -266,6 +266,10 @@ class Supervisor:
         self._internal_failure = False
         self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
         self._below_best_since: float | None = None  # wall clock; persisted per fingerprint
+        # The last reload's outcome for /status, and the note STATUS= carries while it was refused.
+        self._last_reload: dict[str, Any] | None = None
+        self._reload_note: str | None = None
+        self._renew_monitor_at_ready = False  # probe settings changed while the engine started
         self.metrics.below_best.set_function(self._below_best_seconds)
         self.fp = self._fingerprint()
         self.lifecycle = Lifecycle(self._settings(first_run=True))
@@ -337,6 +341,8 @@ class Supervisor:
             "engine_log_errors": eng.pump.log_errors if eng else 0,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": self._monitor.status() if self._monitor else None,
+            "last_reload": self._last_reload,
+            "below_best_profile_seconds": round(self._below_best_seconds(), 1),
         })
         return snap
 
@@ -488,7 +494,7 @@ class Supervisor:
             fields = {k: v for k, v in a.fields.items() if v is not None}
             getattr(log, a.level)(a.event, **fields)
         elif isinstance(a, NotifyStatus):
-            self.notifier.status(a.text)
+            self.notifier.status(self._with_note(a.text))
             self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
             self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
         elif isinstance(a, Launch):
@@ -512,7 +518,7 @@ class Supervisor:
             self.notifier.stopping(self.lifecycle.status_text())
             self._stop_serving_tasks()
         elif isinstance(a, NotifyReloading):
-            self.notifier.reloading(self.lifecycle.status_text())
+            self.notifier.reloading(self._with_note(self.lifecycle.status_text()))
         elif isinstance(a, MarkGood):
             self.store.mark_serving(self.fp, a.profile, time.time(),
                                     below_best=a.profile != self.config.profile_names[0])
@@ -829,8 +835,16 @@ class Supervisor:
         if self.lifecycle.attempt == attempt:
             self.feed(ProbeFailed(last_error, hung=hung))
 
+    def _with_note(self, text: str) -> str:
+        """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
+        status` is where an operator looks, and the next tok/s refresh must not hide it."""
+        return text if self._reload_note is None else f"{text}; {self._reload_note}"
+
     def _on_ready(self) -> None:
-        self.notifier.ready(self.lifecycle.status_text())
+        self.notifier.ready(self._with_note(self.lifecycle.status_text()))
+        if self._renew_monitor_at_ready:
+            self._renew_monitor_at_ready = False
+            self._renew_monitor()
         if self._engine is not None:
             self._engine.note_pids()
         # READY=1 also ends a reload that kept the engine: the loops may already be running.
@@ -857,10 +871,10 @@ class Supervisor:
             self._monitor = None
 
     async def _health_loop(self, attempt: int) -> None:
-        t = self.config.timeouts
         url = self.base_url + health_path(self.prep.version)
         assert self._client is not None
         while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
+            t = self.config.timeouts  # every round: a reload applies new timeouts at once
             await asyncio.sleep(t.health_interval_s)
             try:
                 resp = await self._client.get(url, timeout=t.health_timeout_s)
@@ -889,11 +903,11 @@ class Supervisor:
     # -- reload -------------------------------------------------------------------------------
 
     async def _reload(self) -> None:
-        """SIGHUP: re-read the configuration; restart the engine only if its command changed."""
+        """SIGHUP: re-read the configuration; restart the engine only if its command changed.
+        Every changed key is applied, or the reload is refused with the reason (reloadplan.py)."""
         path = self.opts.config_path
-        ready = self.lifecycle.ready_sent
         if path is None:
-            log.warning("supervisor.reload_failed", error="no configuration file to re-read")
+            self._refuse_reload("no configuration file to re-read", "no_config")
             return
         try:
             config = await asyncio.to_thread(load_config, path)
@@ -902,16 +916,23 @@ class Supervisor:
             prepared = await asyncio.to_thread(prepare, config, version)
         except ConfigError as exc:
             # A broken file must not take a healthy engine down: keep running what we have.
-            log.error("supervisor.reload_failed", error=str(exc), kept_profile=self.lifecycle.profile)
-            if ready:
-                self.notifier.reloading("reload failed; configuration unchanged")
-                self.notifier.ready(self.lifecycle.status_text())
+            first = exc.problems[0] if exc.problems else None
+            why = f"{len(exc.problems)} configuration problem(s)" + (
+                f", first: {first.path or 'file'}: {first.problem}" if first else "")
+            self._refuse_reload(why[:300], "invalid", report=str(exc))
             return
         current = self.lifecycle.profile
         old = self.prep.renders.get(current) if current else None
         new = prepared.renders.get(current) if current else None
         changed = (old is None or new is None or old.argv != new.argv or old.env != new.env
                    or old.secret_config != new.secret_config)
+        refused = reloadplan.refused_keys(self.config, config, engine_restarts=changed)
+        if refused:
+            self._refuse_reload(reloadplan.refusal_reason(refused), "not_applicable",
+                                keys=",".join(sorted(refused)))
+            return
+        probe_changed = config.probe != self.config.probe
+        keys = reloadplan.changed_keys(self.config, config)
         self.prep = prepared
         self.config = config
         # Baselines, last good and known bad belong to the commands that earned them: the new
@@ -921,12 +942,56 @@ class Supervisor:
             log.info("supervisor.fingerprint_changed", old=old_fp, new=self.fp)
         if prepared.api_key:
             set_redactions([prepared.api_key])
+        self._reload_note = None
+        self._last_reload = {"result": "applied", "at": time.time(), "changed": keys[:50],
+                             "restarts_engine": changed}
+        self.metrics.reload_result("applied")
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))
         if not changed and current and self.fp != old_fp and self.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
             # restart of the supervisor would forget it), and /metrics names the new fingerprint.
             self.store.mark_good(self.fp, current, time.time())
             self._publish_active(current)
+        if probe_changed and not changed:
+            if self._monitor is not None:
+                self._renew_monitor()
+            elif self._ready_monitor is not None:
+                self._renew_monitor_at_ready = True
+
+    def _refuse_reload(self, reason: str, kind: str, **fields: Any) -> None:
+        """Keep everything as it runs, and say why where operators look: the journal, STATUS=
+        (`systemctl status`), /status and a metric."""
+        log.error("supervisor.reload_failed", reason=reason, kind=kind,
+                  kept_profile=self.lifecycle.profile, **fields,
+                  hint="the running configuration is unchanged; fix the file and reload again "
+                       "(sglang-supervisor check --config FILE shows every problem)")
+        self._reload_note = f"reload refused: {reason}"[:200]
+        self._last_reload = {"result": "refused", "at": time.time(), "reason": reason}
+        self.metrics.reload_result("refused")
+        text = self._with_note(self.lifecycle.status_text())
+        if self.lifecycle.ready_sent and self.lifecycle.phase in UP_PHASES:
+            self.notifier.reloading(text)
+            self.notifier.ready(text)
+        else:
+            self.notifier.status(text)
+
+    def _renew_monitor(self) -> None:
+        """New probe settings while serving: replace the throughput monitor (its probe shape,
+        interval and baseline key come from them), keeping what remediation learned."""
+        old = self._monitor
+        profile = self.lifecycle.profile
+        if old is None or profile is None or self.lifecycle.phase not in UP_PHASES:
+            return
+        if self._monitor_task is not None:
+            self._monitor_task.cancel()
+            self._monitor_task = None
+        self._remediation = old.remediation
+        old.stop()
+        self._spawn_task(old.aclose)
+        self._monitor = self._new_monitor(profile)
+        if self.config.probe.enabled:
+            self._monitor_task = asyncio.ensure_future(self._monitor.run())
+            self._supervise(self._monitor_task)
 
     def _reload_version(self, config: Config) -> str:
         if config.engine.version == self.config.engine.version and config.engine.command == (

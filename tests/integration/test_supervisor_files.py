@@ -10,15 +10,18 @@ Each test starts the real `sglang-supervisor run` as a subprocess with a NOTIFY_
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from supervised import Daemon, base_config, start, stop_cleanly
+from supervised import Daemon, base_config, free_port, start, stop_cleanly
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +150,91 @@ def test_the_way_back_after_an_expired_known_bad_entry(daemons: list[Daemon], tm
     assert remembered_bad(tmp_path) == {}
     spell = json.loads(state_file(tmp_path).read_text())["fingerprints"]
     assert all(fp["below_best_since"] is None for fp in spell.values())
+
+
+# ------------------------------------------------------------------------------ reload
+
+def status_notes(d: Daemon) -> list[str]:
+    return [n for n in d.notes if n.startswith("STATUS=")]
+
+
+def test_a_refused_reload_keeps_the_engine_serving_and_says_why(daemons: list[Daemon],
+                                                              tmp_path: Path) -> None:
+    data = base_config(tmp_path)
+    address = f"127.0.0.1:{free_port()}"
+    data["metrics"] = {"enabled": True, "address": address}
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    engine = d.engine_pids()
+
+    # a key a reload cannot apply (the metrics endpoint is bound at start): refused, not ignored
+    moved = copy.deepcopy(data)
+    moved["metrics"]["address"] = f"127.0.0.1:{free_port()}"
+    d.write_config(moved)
+    n = len(d.events)
+    d.proc.send_signal(signal.SIGHUP)
+    refused = d.event("supervisor.reload_failed", after=n)
+    assert refused["kind"] == "not_applicable" and refused["keys"] == "metrics.address"
+    assert "restart the unit" in refused["reason"]
+    d.wait_for("STATUS= naming the refused reload",
+               lambda: any("reload refused: metrics.address changed" in s for s in status_notes(d)))
+    status = httpx.get(f"http://{address}/status", timeout=10).json()
+    assert status["last_reload"]["result"] == "refused"
+    metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
+    assert "sglang_supervisor_config_last_reload_successful 0.0" in metrics
+    assert 'sglang_supervisor_config_reloads_total{result="refused"} 1.0' in metrics
+    assert d.engine_pids() == engine and d.proc.poll() is None
+    assert not d.named("supervisor.reload")  # nothing of the new file was applied
+
+    # a broken file: refused the same way, the first problem named
+    d.config_path.write_text("engine: [this is not a mapping\n")
+    n = len(d.events)
+    d.proc.send_signal(signal.SIGHUP)
+    broken = d.event("supervisor.reload_failed", after=n)
+    assert broken["kind"] == "invalid" and "YAML syntax error" in broken["reason"]
+
+    # the file fixed (a key a reload applies): applied, the note and the gauge clear
+    fixed = copy.deepcopy(data)
+    fixed["timeouts"]["health_interval_s"] = 2
+    d.write_config(fixed)
+    d.proc.send_signal(signal.SIGHUP)
+    d.event("supervisor.reload", changed=False)
+    d.wait_for("STATUS= without the note", lambda: not status_notes(d)[-1].count("reload refused"))
+    metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
+    assert "sglang_supervisor_config_last_reload_successful 1.0" in metrics
+    assert httpx.get(f"http://{address}/status", timeout=10).json()["last_reload"]["changed"] == [
+        "timeouts.health_interval_s"]
+    assert d.engine_pids() == engine
+    stop_cleanly(d)
+
+
+# ------------------------------------------------------------------------------ the state file
+
+CORRUPT = b'{"version": 1, "fingerprints": {"x": {"touched": 1e999, "bad": ' + b"[" * 50_000
+
+
+def test_a_corrupt_state_file_at_start_is_moved_aside(daemons: list[Daemon], tmp_path: Path) -> None:
+    state_file(tmp_path).parent.mkdir(parents=True)
+    state_file(tmp_path).write_bytes(CORRUPT)
+    d = start(daemons, tmp_path, base_config(tmp_path))
+    d.notified("READY=1")
+    warning = d.event("state_corrupt")
+    assert Path(warning["moved_to"]).read_bytes() == CORRUPT
+    assert d.event("engine.launch")["profile"] == "tuned"
+    assert json.loads(state_file(tmp_path).read_text())["version"] == 1  # a fresh, valid file
+    stop_cleanly(d)
+
+
+def test_a_state_file_corrupted_while_running_then_a_reload(daemons: list[Daemon],
+                                                            tmp_path: Path) -> None:
+    d = start(daemons, tmp_path, base_config(tmp_path))
+    d.notified("READY=1")
+    engine = d.engine_pids()
+    state_file(tmp_path).write_bytes(CORRUPT)
+    d.proc.send_signal(signal.SIGHUP)  # the reload reads the state for the new settings
+    d.event("supervisor.reload", changed=False)
+    warning = d.event("state_corrupt")
+    assert Path(warning["moved_to"]).read_bytes() == CORRUPT
+    d.notified("READY=1", count=2)
+    assert d.engine_pids() == engine and d.proc.poll() is None  # the healthy engine serves on
+    stop_cleanly(d)

@@ -427,15 +427,14 @@ class StateStore:
     def forget(self, profile: str | None = None) -> int:
         """Drop remembered failures (see `without_memory`); the number of records dropped.
         OSError when the file cannot be written (the caller reports it)."""
-        dropped = 0
-
-        def change(s: State) -> State:
-            nonlocal dropped
-            s, dropped = without_memory(s, profile)
-            return s
-
-        if not self._update(change):
-            raise OSError(self._write_error or f"cannot write {self.path}")
+        with self._locked():
+            self._refresh()
+            forgotten, dropped = without_memory(self._state, profile)
+            if dropped == 0:
+                return 0  # nothing to forget: the file is left as it is
+            self._state = forgotten
+            if not self._write():
+                raise OSError(self._write_error or f"cannot write {self.path}")
         return dropped
 
     # -- file mechanics -------------------------------------------------------------------------

@@ -57,7 +57,14 @@ def test_forget_everything_of_one_model(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_nothing_to_forget_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["forget", "--config", str(config(tmp_path)), "--profile", "tuned"]) == 0
+    assert "nothing remembered" in capsys.readouterr().out
+    assert not (tmp_path / "state").exists()  # not even the directory is created
+    store = StateStore(tmp_path / "state", "qwen")
+    store.mark_bad(FP, "low-mem", "hang", 1.0)
+    before = store.path.stat().st_mtime_ns
+    assert main(["forget", "--config", str(config(tmp_path)), "--profile", "tuned"]) == 0
     assert "nothing remembered against profile tuned" in capsys.readouterr().out
+    assert store.path.stat().st_mtime_ns == before  # left as it was
 
 
 def test_an_unknown_profile_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,10 +14,11 @@ import argparse
 import datetime
 import json
 import sys
+from pathlib import Path
 
 from sglang_supervisor.config import ConfigError, did_you_mean, load_config
 from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.state import StateStore
+from sglang_supervisor.state import STATE_FILE, StateStore, state_file_name
 
 
 def _when(at: float) -> str:
@@ -30,7 +31,12 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
         return int(ExitCode.CONFIG)
-    store = StateStore(config.state_dir, config.name)
+    directory = Path(config.state_dir)
+    if not (directory / state_file_name(config.name)).exists() and not (directory / STATE_FILE).exists():
+        # Nothing was ever remembered; do not create the service's directory as root either.
+        print(f"{config.name}: nothing remembered in {directory / state_file_name(config.name)}")
+        return int(ExitCode.OK)
+    store = StateStore(directory, config.name)
     before = store.snapshot()
     remembered = {p for fs in before.fingerprints.values() for p in fs.bad}
     profile: str | None = args.profile

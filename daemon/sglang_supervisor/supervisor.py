@@ -950,7 +950,9 @@ class Supervisor:
         if not changed and current and self.fp != old_fp and self.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
             # restart of the supervisor would forget it), and /metrics names the new fingerprint.
-            self.store.mark_good(self.fp, current, time.time())
+            self.store.mark_serving(self.fp, current, time.time(),
+                                    below_best=current != config.profile_names[0])
+            self._below_best_since = self.store.fingerprint_state(self.fp).below_best_since
             self._publish_active(current)
         if probe_changed and not changed:
             if self._monitor is not None:

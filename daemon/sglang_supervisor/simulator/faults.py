@@ -36,6 +36,9 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   ignore-sigterm                   SIGTERM is ignored (only SIGKILL stops it)
   slow-drain:S                     the SIGTERM drain takes S s more
   warmup-fail                      the warmup request fails after "Uvicorn running" (-9)
+  echo-hostile[@S]                 S s after ready, requests whose prompts and outputs quote
+                                   failure/crash/capture/ready lines are echoed like
+                                   --log-requests does (in its --log-requests-level/-format)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
   when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
@@ -78,8 +81,9 @@ _KINDS = (
     "ignore-sigterm",
     "slow-drain",
     "warmup-fail",
+    "echo-hostile",
 )
-_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback"}
+_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
 

@@ -18,6 +18,7 @@ DEFAULT_CONFIG = "/etc/sglang-supervisor/qwen.yaml"
 
 EXIT_CODES_HELP = """exit codes:
   0   clean stop
+  1   internal error of the supervisor (logged and counted; no profile is blamed)
   2   usage error
   69  every profile of the fallback ladder failed
   75  temporary: GPU held by a foreign process, port busy (systemd may retry)

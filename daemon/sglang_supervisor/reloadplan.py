@@ -6,7 +6,7 @@ A reload applies every changed key or is refused with a reason: never half-appli
 timeouts, restart, probe: the running throughput monitor is replaced). These cannot:
 
 - fixed for the supervisor's whole run (bound or opened at start): `name`, `state_dir`,
-  `runtime_dir`, `metrics.*`, `logging.format`;
+  `runtime_dir`, `metrics.*`, `logging.format`, `gateway.*`;
 - fixed for the running engine (its log pipe was set up when it started): `engine.log_file`,
   `engine.log_max_bytes`, `engine.log_backups`, `logging.forward_engine_output`. They apply when
   the same reload restarts the engine anyway (its command changed), else the reload is refused.
@@ -25,6 +25,7 @@ FIXED_FOR_THE_RUN: Mapping[str, str] = {
     "runtime_dir": "the running engine's secret --config file is there",
     "metrics": "the metrics endpoint was bound at start",
     "logging.format": "the supervisor's log output was set up at start",
+    "gateway": "the gateway agent (registration, drain) was set up at start",
 }
 FIXED_FOR_THE_ENGINE: Mapping[str, str] = {
     "engine.log_file": "the running engine writes there",

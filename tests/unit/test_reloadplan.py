@@ -39,6 +39,7 @@ def changed(**patch: object) -> Config:
     ({"name": "llama"}, True, ["name"]),
     ({"runtime_dir": "/run/x"}, False, ["runtime_dir"]),
     ({"logging__format": "json"}, False, ["logging.format"]),
+    ({"gateway__url": "http://127.0.0.1:30080"}, False, ["gateway.url"]),
     # fixed for the running engine: applied only with an engine restart
     ({"engine__log_file": "/var/log/x.log"}, False, ["engine.log_file"]),
     ({"engine__log_file": "/var/log/x.log"}, True, []),

@@ -347,6 +347,10 @@ class RestartPolicy(_Strict):
     # A profile that failed for a reason that may be transient (hang, wedge, timeouts, a killed
     # rank) is tried again after this long; each failure in a row doubles the wait (wayback.py).
     transient_retry_s: Annotated[float, Field(ge=0, le=YEAR_S)] = 3600.0
+    # Port busy / GPU held by a stranger: wait this long (in all) for it to clear, then exit 75.
+    # Longer than a third of systemd's StartLimitIntervalSec=1h, so repeated 75s never trip the
+    # start limit (StartLimitBurst=4).
+    temporary_wait_s: Annotated[float, Field(ge=0, le=WEEK_S, allow_inf_nan=False)] = 1200.0
 
 
 class ProbeSettings(_Strict):
@@ -409,6 +413,11 @@ class GatewaySettings(_Strict):
         if v is not None and not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", v):
             raise FixableValueError(f"{v!r} is not an http(s) URL",
                                     "write e.g. http://10.0.0.5:30080 (scheme, host and port)")
+        if v is not None and "@" in v.split("/", 3)[2]:
+            # Both URLs are printed in log lines and /status: never with a password in them.
+            raise FixableValueError("the URL holds credentials (user:password@), which would be "
+                                    "printed in logs and /status",
+                                    "remove them; put the gateway's key into gateway.api_key_file")
         return v.rstrip("/") if v is not None else v
 
     @property

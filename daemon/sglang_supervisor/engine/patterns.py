@@ -102,6 +102,10 @@ ECHO_CONTINUATION_LINES = 1000
 REQUEST_ERROR_PREFIXES = (
     "[http_server] Error: ", "Error in request: ", "Exception in ASGI application",
     "ERROR:    Exception in ASGI application",
+    # Records about one request whose text the user steers (the model's tool call or reasoning,
+    # a request's lora_path, a client's disconnect): SGLang's own f-strings, 0.5.17 and 0.5.23.
+    "Tool call parsing error: ", "Reasoning parsing error: ", "DS32EncodingError: ",
+    "[http_server] Client disconnected: ", "Reloading evicted adapter: ",
 )
 
 # Where SGLang puts these records' key words: at the start of the message (after the header).
@@ -154,7 +158,20 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
     ("Unknown speculative algorithm name", FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
+    # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
+    # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
+    # torch's TCPStore (`EADDRINUSE`, `errno: 98`) and SGLang's own precheck of its derived ports
+    # (`Port is already in use. dist_init_port=...`, then `ValueError: port_base at 30001 is not
+    # available in 30 seconds. ...`). Not its progress line while it waits (`port 30001 is in use.
+    # Waiting for 11 seconds for port_base to be available. ...`): the port may still come free.
     ("Address already in use", FailureClass.PORT_IN_USE),
+    ("address already in use", FailureClass.PORT_IN_USE),
+    ("[Errno 98]", FailureClass.PORT_IN_USE),
+    ("errno: 98", FailureClass.PORT_IN_USE),
+    ("EADDRINUSE", FailureClass.PORT_IN_USE),
+    ("Port is already in use", FailureClass.PORT_IN_USE),
+    ("port_base at ", FailureClass.PORT_IN_USE),
+    ("_port at ", FailureClass.PORT_IN_USE),
     ("Fail when using backend: breakable for prefill runner", FailureClass.PREFILL_GRAPH_FAILED),
     ("Piecewise CUDA Graph failed with error", FailureClass.PREFILL_GRAPH_FAILED),
     ("Not enough memory. Please try to increase --mem-fraction-static", FailureClass.KV_CACHE_OOM),
@@ -177,6 +194,13 @@ SIGNATURE_GATE = (
     "Unknown",
     "removed",
     "Address",
+    "address",
+    "Errno",
+    "errno",
+    "EADDRINUSE",
+    "Port is",
+    "port_base at",
+    "_port at",
     "Fail",
     "failed",
     "memory",

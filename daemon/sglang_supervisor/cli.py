@@ -18,6 +18,7 @@ DEFAULT_CONFIG = "/etc/sglang-supervisor/qwen.yaml"
 
 EXIT_CODES_HELP = """exit codes:
   0   clean stop
+  1   internal error of the supervisor (logged and counted; no profile is blamed)
   2   usage error
   69  every profile of the fallback ladder failed
   75  temporary: GPU held by a foreign process, port busy (systemd may retry)
@@ -58,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "JSON lines otherwise, e.g. in a container)")
     p.add_argument("--retry-known-bad", action="store_true",
                    help="ignore remembered known-bad profiles for this start")
+
+    p = sub.add_parser(
+        "forget", help="clear one model's memory of failed profiles: the next start tries them again",
+        epilog="exit status: 0 done (or nothing to forget), 2 no such profile, 78 configuration "
+        "error, 1 the state file cannot be written (run as root or the service user)")
+    _add_config(p)
+    p.add_argument("--profile", "-p", metavar="P",
+                   help="forget only this profile's failures (default: every failure record and the "
+                   "last good profile, so the next start climbs the ladder from the top)")
+    p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("check", help="validate a configuration (exit 0 or 78)")
     _add_config(p)

@@ -12,7 +12,7 @@ import yaml
 from sglang_supervisor.config import Config, ConfigError, parse_config
 from sglang_supervisor.supervisor import gateway_key
 
-BASE = {"engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "/m"},
+BASE = {"engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "org/m"},
         "profiles": [{"name": "first"}]}
 
 

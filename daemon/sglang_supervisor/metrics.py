@@ -15,7 +15,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import uvicorn
@@ -33,7 +33,6 @@ from sglang_supervisor.policy import (
     CONFIG_FAILURES,
     RESTART_REGRESSION,
     RESTART_RELOAD,
-    TEMPORARY_FAILURES,
 )
 from sglang_supervisor.probe import ProbeResult
 from sglang_supervisor.regression import DECISION_NAMES, Reason
@@ -50,10 +49,10 @@ STATES: tuple[str, ...] = (
 )
 EXPLANATIONS: tuple[str, ...] = tuple(r.value for r in Reason)
 # Why the lifecycle can relaunch an engine: failure classes that are retried or fall back (config
-# and temporary failures end the run instead), a throughput decision, a reload. Their series
-# exist from the start at 0, so increase() sees the first restart too.
+# failures end the run instead; temporary ones relaunch once they cleared), a throughput decision,
+# a reload. Their series exist from the start at 0, so increase() sees the first restart too.
 RESTART_REASONS: tuple[str, ...] = (
-    *(c.value for c in FailureClass if c not in CONFIG_FAILURES | TEMPORARY_FAILURES),
+    *(c.value for c in FailureClass if c not in CONFIG_FAILURES),
     RESTART_REGRESSION, RESTART_RELOAD,
 )
 
@@ -133,8 +132,22 @@ class SupervisorMetrics:
         self.active_profile = Info(f"{NS}_active_profile", "profile the engine runs", registry=r)
         self.fallback_level = Gauge(f"{NS}_fallback_level",
                                     "position of the active profile in the ladder (0 = primary)", registry=r)
+        self.below_best = Gauge(f"{NS}_below_best_profile_seconds",
+                                "how long this deployment has served below the ladder's best profile, "
+                                "across restarts (0 at the best)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
+        self.reloads = Counter(f"{NS}_config_reloads", "SIGHUP reloads by result (applied, refused)",
+                               ["result"], registry=r)
+        self.reload_ok = Gauge(f"{NS}_config_last_reload_successful",
+                               "0 after a refused reload, until a reload is applied", registry=r)
+        for result in ("applied", "refused"):
+            self.reloads.labels(result)
+        self.reload_ok.set(1)
+        self.internal_errors = Counter(
+            f"{NS}_internal_errors",
+            "exceptions inside the supervisor (its own faults, never a profile's), kept across restarts",
+            registry=r)
         self.start_attempts = Counter(f"{NS}_start_attempts", "engine start attempts",
                                       ["profile", "result"], registry=r)
         self.startup = Gauge(f"{NS}_startup_seconds", "duration of the last successful start", registry=r)
@@ -178,6 +191,17 @@ class SupervisorMetrics:
                 self.decisions.labels(name)
         for reason in RESTART_REASONS:
             self.restarts.labels(reason)
+        self.engine_log_writable = Gauge(
+            f"{NS}_engine_log_writable",
+            "0 while writes to the engine log file fail (disk full, quota, directory gone)",
+            registry=r)
+        self.engine_log_write_failures = Counter(
+            f"{NS}_engine_log_write_failures",
+            "spells of failed writes to the engine log file", registry=r)
+        self.engine_log_dropped = Counter(
+            f"{NS}_engine_log_dropped_bytes", "engine output not written to the engine log file",
+            registry=r)
+        self.engine_log_writable.set(1)
         self._reason_label = _BoundedLabel(known=RESTART_REASONS)
         self._profile_label = _BoundedLabel()
         self._result_label = _BoundedLabel()
@@ -192,6 +216,11 @@ class SupervisorMetrics:
             r.register(gpu_collector or GpuCollector())
 
     # --- what CORE calls ---------------------------------------------------------------------
+
+    def reload_result(self, result: str) -> None:
+        """`applied` or `refused` (a reload that would not apply every changed key)."""
+        self.reloads.labels("refused" if result == "refused" else "applied").inc()
+        self.reload_ok.set(0 if result == "refused" else 1)
 
     def set_state(self, phase: str) -> None:
         """Current supervisor phase, one of STATES (others are shown as "other")."""
@@ -261,6 +290,15 @@ class SupervisorMetrics:
         for reason in EXPLANATIONS:
             self.explained.labels(reason).set(1 if reason in reasons else 0)
 
+    def engine_log_state(self, writable: bool, dropped_bytes: int = 0, *, began: bool = False
+                         ) -> None:
+        """The engine log file's health: writable or not, bytes it lost, a spell that began."""
+        self.engine_log_writable.set(1 if writable else 0)
+        if began:
+            self.engine_log_write_failures.inc()
+        if dropped_bytes > 0:
+            self.engine_log_dropped.inc(dropped_bytes)
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -297,14 +335,27 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
+class _Verdict(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
 class MetricsServer:
-    """`/metrics`, `/healthz` and `/status` (JSON from `status_provider`) on one loopback port."""
+    """`/metrics`, `/healthz` and `/status` (JSON from `status_provider`) on one loopback port;
+    `/readyz` and `/livez` for load balancers and Kubernetes probes (docs/OPERATIONS.md)."""
 
     def __init__(self, address: str, metrics: SupervisorMetrics,
-                 status_provider: Callable[[], Mapping[str, Any]] | None = None):
+                 status_provider: Callable[[], Mapping[str, Any]] | None = None, *,
+                 readiness: Callable[[], _Verdict] | None = None,
+                 liveness: Callable[[], _Verdict] | None = None):
         self.host, self.port = parse_address(address)
         self.metrics = metrics
         self._status = status_provider or (lambda: {})
+        self._readiness = readiness
+        self._liveness = liveness
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
@@ -321,8 +372,26 @@ class MetricsServer:
                 return JSONResponse({"error": f"status unavailable: {type(exc).__name__}"}, status_code=500)
             return Response(json.dumps(body, default=_json_default), media_type="application/json")
 
+        def verdict(provider: Callable[[], _Verdict] | None, what: str) -> Response:
+            if provider is None:
+                return JSONResponse({what: False, "reason": "not wired"}, status_code=503)
+            try:
+                v = provider()
+            except Exception as exc:  # a broken provider says "no", it does not take the endpoint down
+                return JSONResponse({what: False, "reason": f"unavailable: {type(exc).__name__}"},
+                                    status_code=503)
+            return JSONResponse({what: v.ready, "reason": v.reason}, status_code=200 if v.ready else 503)
+
+        async def readyz(_: Request) -> Response:
+            return verdict(self._readiness, "ready")
+
+        async def livez(_: Request) -> Response:
+            return verdict(self._liveness, "alive")
+
         return Starlette(routes=[
             Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/livez", livez),
             Route("/status", status),
             # An exact route (a Mount would redirect /metrics to /metrics/).
             Route("/metrics", _AsgiEndpoint(make_asgi_app(self.metrics.registry))),

@@ -48,6 +48,7 @@ class Phase(str, Enum):
     SERVING = "serving"
     DEGRADED = "degraded"
     RESTARTING = "restarting"
+    WAITING = "waiting"  # for a temporary condition (port, GPU memory) to clear
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
@@ -65,6 +66,10 @@ CaptureKey = tuple[str, str, str | None]
 STALL_TIMER = "stall"
 START_TIMER = "start"
 FAILURE_GRACE_TIMER = "failure_grace"
+TEMPORARY_TIMER = "temporary"  # the bound on waiting for a temporary condition
+# Relaunches after the engine itself reported a temporary failure back off (restart.backoff_s,
+# doubled each time) up to this; a wait found by our own checks relaunches as soon as it clears.
+TEMPORARY_RETRY_MAX_S = 60.0
 
 # Failure classes that only say "something broke": a finer class seen in the same start wins.
 GENERIC_FAILURES = frozenset(
@@ -97,6 +102,9 @@ class Settings:
     last_good: str | None = None  # tried first when still in the ladder
     known_bad: Mapping[str, str] = field(default_factory=dict)  # profile -> failure class
     retry_known_bad: bool = False
+    # A better profile than last_good whose back-off ended (wayback.py): tried first; if it fails
+    # before READY the next attempt is last_good at once.
+    probation: str | None = None
     same_profile_retries: int = 1
     health_failures: int = 3
     stall_s: float = 600.0
@@ -104,6 +112,9 @@ class Settings:
     backoff_s: float = 2.0
     # An engine that printed a fatal signature but did not exit is stopped after this long.
     failure_grace_s: float = 15.0
+    # How long a temporary condition (port busy, GPU held by a stranger) may last before exit 75;
+    # 0: exit 75 at once.
+    temporary_wait_s: float = 0.0
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -212,6 +223,13 @@ class PortBusy:
     detail: str
 
 
+@dataclass(frozen=True)
+class TemporaryCleared:
+    """The condition `WaitTemporary(seq=...)` waits for is gone (the shell checked)."""
+
+    seq: int
+
+
 SupervisorInput = (
     Start
     | Launched
@@ -228,6 +246,7 @@ SupervisorInput = (
     | RegressionDecision
     | GpuBusy
     | PortBusy
+    | TemporaryCleared
 )
 Input = SupervisorInput | EngineEvent
 
@@ -300,6 +319,17 @@ class MarkBad:
 
 
 @dataclass(frozen=True)
+class WaitTemporary:
+    """Check `what` ("port" or "gpu") until it is clear, then feed TemporaryCleared(seq); check
+    the first time after `delay_s`. The policy's TEMPORARY_TIMER bounds the wait."""
+
+    what: str
+    detail: str
+    delay_s: float
+    seq: int
+
+
+@dataclass(frozen=True)
 class Exit:
     code: ExitCode
     reason: str
@@ -329,6 +359,7 @@ Action = (
     | MarkBad
     | Exit
     | Log
+    | WaitTemporary
 )
 
 
@@ -338,12 +369,15 @@ def classify_failure(
     returncode: int | None,
     failures: Iterable[EngineFailed],
     verdict: FailureClass | None = None,
+    *,
+    after_ready: bool = False,
 ) -> FailureClass:
     """Why a start or a run failed.
 
     The engine's own signature is the best witness (the first specific one: later lines are
     fallout); then the supervisor's verdict (hang, wedged); then a generic signature; then the
-    exit code (argparse's 2); else OTHER.
+    exit code (argparse's 2, only before READY: a serving engine parses no command line); else
+    OTHER.
     """
     seen = list(failures)
     specific = [f.failure for f in seen if f.failure not in GENERIC_FAILURES]
@@ -353,9 +387,37 @@ def classify_failure(
         return verdict
     if seen:
         return seen[0].failure
-    if returncode == ARGPARSE_EXIT:
+    if returncode == ARGPARSE_EXIT and not after_ready:
         return FailureClass.UNKNOWN_FLAG
     return FailureClass.OTHER
+
+
+def corroborated(
+    failures: Iterable[EngineFailed],
+    *,
+    returncode: int | None,
+    after_ready: bool,
+    launching: bool,
+) -> tuple[list[EngineFailed], list[EngineFailed]]:
+    """(failure lines the engine's lifecycle confirms, those it does not).
+
+    A log line can be text a user sent (an echoed prompt the parser did not recognise as one):
+    the classes that end the service (exit 78, exit 75) count only when what the engine did fits
+    them. A rejected command line ends the engine during start-up, with argparse's exit status 2
+    or before any weight was loaded; a port it cannot bind ends it before READY. After READY
+    neither can be the cause of anything.
+    """
+    kept: list[EngineFailed] = []
+    dropped: list[EngineFailed] = []
+    for f in failures:
+        if f.failure in CONFIG_FAILURES:
+            ok = not after_ready and (returncode == ARGPARSE_EXIT or launching)
+        elif f.failure is FailureClass.PORT_IN_USE:
+            ok = not after_ready
+        else:
+            ok = True
+        (kept if ok else dropped).append(f)
+    return kept, dropped
 
 
 def ladder_order(settings: Settings) -> tuple[str, ...]:
@@ -364,6 +426,9 @@ def ladder_order(settings: Settings) -> tuple[str, ...]:
     if settings.last_good in order:
         order.remove(settings.last_good)
         order.insert(0, settings.last_good)
+        if settings.probation in order and settings.probation != settings.last_good:
+            order.remove(settings.probation)
+            order.insert(0, settings.probation)
     return tuple(order)
 
 
@@ -442,6 +507,7 @@ class Lifecycle:
         self.exit: Exit | None = None
         self._order = ladder_order(settings)
         self._skipped: dict[str, str] = skipped_known_bad(settings)
+        self._probation: str | None = None  # the profile on probation, until READY or failure
         self._failed: set[str] = set()  # profiles that failed in this run
         self._crashes: dict[str, int] = {}  # crash-after-ready count per profile
         self._engine_alive = False
@@ -450,6 +516,7 @@ class Lifecycle:
         self._expected: set[CaptureKey] = set()
         self._ended: set[CaptureKey] = set()
         self._failures: list[EngineFailed] = []
+        self._failure_times: list[float] = []  # when each of _failures arrived
         self._ready_line = False
         self._probing = False
         self._reached_ready = False  # this attempt reached READY
@@ -457,6 +524,13 @@ class Lifecycle:
         self._reload_pending = False
         self._phase_since = 0.0
         self._tok_status_at = float("-inf")  # when STATUS= last showed a fresh tok/s
+        # Waiting for a temporary condition: (class, detail, profile to relaunch or None for the
+        # first), the wait's number, when the whole spell must end, temporary failures so far.
+        self._waiting: tuple[FailureClass, str, str | None] | None = None
+        self._wait_seq = 0
+        self._temp_deadline: float | None = None
+        self._temp_failures = 0
+        self._gpu_busy_detail = "GPU held by a foreign process"
 
     # -- public ---------------------------------------------------------------------------
 
@@ -482,6 +556,8 @@ class Lifecycle:
             "captures_ended": len(self._ended & self._expected),
             "failed_profiles": sorted(self._failed),
             "skipped_known_bad": dict(self._skipped),
+            "waiting_for": ({"failure_class": self._waiting[0].value, "detail": self._waiting[1]}
+                            if self._waiting is not None else None),
             "attempts": [
                 {
                     "profile": a.profile,
@@ -495,7 +571,16 @@ class Lifecycle:
             ],
         }
 
+    @property
+    def wait_seq(self) -> int | None:
+        """The number of the temporary wait under way (see WaitTemporary), or None."""
+        return self._wait_seq if self._waiting is not None else None
+
     def status_text(self) -> str:
+        if self.phase == Phase.WAITING and self._waiting is not None:
+            failure, detail, _ = self._waiting
+            return (f"waiting: {failure.value}: {detail}; retrying when it clears, exit 75 after "
+                    f"{self.settings.temporary_wait_s:g} s")
         parts = [self.phase.value]
         if self.profile:
             parts.append(f"profile={self.profile}")
@@ -550,6 +635,7 @@ class Lifecycle:
                 restart: str | None = None) -> list[Action]:
         self.attempt += 1
         self.profile = profile
+        self._waiting = None  # a launch (after the wait, or a reload) ends any wait
         self.attempts.append(Attempt(profile, self.attempt, reason, started_at=now))
         self._engine_alive = True
         self._stop_reason = None
@@ -557,6 +643,7 @@ class Lifecycle:
         self._expected = set()
         self._ended = set()
         self._failures = []
+        self._failure_times = []
         self._ready_line = False
         self._probing = False
         self._reached_ready = False
@@ -595,7 +682,8 @@ class Lifecycle:
         if failure in CONFIG_FAILURES:
             return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}", now)
         if failure in TEMPORARY_FAILURES:
-            return acts + self._exit(ExitCode.TEMPORARY, f"{failure.value}: {message}", now)
+            # Not the profile's fault: the same profile again once the condition clears.
+            return acts + self._wait_temporary(failure, message, now, profile, engine_said=True)
         if after_ready:
             count = self._crashes.get(profile, 0) + 1
             self._crashes[profile] = count
@@ -610,6 +698,11 @@ class Lifecycle:
         acts.append(MarkBad(profile, failure))
         target, why = choose_next(failure, profile, self._order, self.settings.remediation,
                                   self._excluded())
+        back = self.settings.last_good
+        if self._probation == profile and back is not None and back not in self._failed:
+            # Probation failed: straight back to what served last, whatever the rule says.
+            target, why = back, "probation failed: back to the last good profile"
+        self._probation = None
         if target is None:
             return acts + self._exit(
                 ExitCode.ALL_PROFILES_FAILED,
@@ -631,6 +724,7 @@ class Lifecycle:
             self._failures.append(EngineFailed(
                 line_no=0, rank=None, failure=FailureClass.CAPTURE_FAILED,
                 message=f"ready line without these CUDA graph captures: {names}"))
+            self._failure_times.append(now)
             return [Log("engine.capture_missing", "error", {"profile": self.profile,
                                                             "missing": names}),
                     *self._stop("capture_missing")]
@@ -651,10 +745,17 @@ class Lifecycle:
                 ev.line_no, ev.rank, FailureClass.CHILD_CRASHED, ev.message)
             first = not self._failures
             self._failures.append(failed)
-            acts.append(Log("engine.failure_line", "error", {
+            self._failure_times.append(now)
+            serving = self.phase in UP_PHASES
+            acts.append(Log("engine.failure_line", "warning" if serving else "error", {
                 "profile": self.profile, "failure_class": failed.failure.value,
-                "rank": ev.rank, "line": ev.line_no, "message": failed.message}))
-            if first and self._engine_alive and self._stop_reason is None:
+                "rank": ev.rank, "line": ev.line_no, "message": failed.message,
+                "while_serving": serving}))
+            # One line never stops an engine users can reach (HTTP up: warming up or serving): it
+            # may be text a user sent (SGLang prints request dict keys unescaped). What the engine
+            # does next decides (it exits, or its ready probe, health checks and probes fail).
+            reachable = serving or self.phase == Phase.WARMING_UP
+            if first and self._engine_alive and self._stop_reason is None and not reachable:
                 acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
             return acts
         if isinstance(ev, DecodeStats) and ev.gen_throughput is not None and ev.running_req:
@@ -720,6 +821,13 @@ class Lifecycle:
         if first is None:  # unreachable while skipped_known_bad keeps one, kept for safety
             return acts + self._exit(ExitCode.ALL_PROFILES_FAILED, "no profile to start", now)
         reason = "last known good" if first == self.settings.last_good else "first profile"
+        if first == self.settings.probation and self.settings.last_good is not None:
+            self._probation = first
+            reason = "probation"
+            acts.append(Log("profile.probation", "warning", {
+                "profile": first, "last_good": self.settings.last_good,
+                "hint": "a better profile's back-off ended: trying it again; if it fails, back to "
+                        "the last good profile at once"}))
         return acts + self._launch(first, reason, now, 0.0)
 
     def _on_Launched(self, inp: Launched, now: float) -> list[Action]:
@@ -757,7 +865,8 @@ class Lifecycle:
             return acts + self._stopped_by_signal(now)
         if reason == "gpu_busy":
             self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
-            return acts + self._exit(ExitCode.TEMPORARY, "GPU held by a foreign process", now)
+            return acts + self._wait_temporary(FailureClass.GPU_BUSY, self._gpu_busy_detail, now,
+                                               self.profile, engine_said=False)
         if reason in ("reload", "regression"):
             self._close_attempt(now, "stopped", None)
             target = self._next_profile or self.profile or self._order[0]
@@ -772,13 +881,31 @@ class Lifecycle:
             "probe_failed": FailureClass.WARMUP_FAILED,
             "capture_missing": FailureClass.CAPTURE_FAILED,
         }.get(reason or "")
-        failure = classify_failure(inp.returncode, self._failures, verdict)
-        message = self._failures[0].message if self._failures else (
-            f"engine exited with returncode {inp.returncode}" if reason is None
-            else f"stopped by the supervisor: {reason}")
+        failures, dropped = corroborated(
+            self._failures, returncode=inp.returncode, after_ready=self._reached_ready,
+            launching=self.phase == Phase.LAUNCHING)
+        for f in dropped:
+            acts.append(Log("engine.failure_line_uncorroborated", "warning", {
+                "profile": self.profile, "failure_class": f.failure.value, "line": f.line_no,
+                "returncode": inp.returncode, "after_ready": self._reached_ready,
+                "hint": "the engine did not fail the way this line says; not acted on"}))
+        failure = classify_failure(inp.returncode, failures, verdict, after_ready=self._reached_ready)
+        witness = next((f for f in failures if f.failure is failure), failures[0] if failures else None)
+        if witness is not None:
+            message = witness.message
+        elif reason is None:
+            message = f"engine exited with returncode {inp.returncode}"
+        else:
+            message = f"stopped by the supervisor: {reason}"
         return acts + self._fail_over(failure, message, now, after_ready=self._reached_ready)
 
     def _on_TimerFired(self, inp: TimerFired, now: float) -> list[Action]:
+        if inp.name == TEMPORARY_TIMER:
+            if self._waiting is None or self._engine_alive:
+                return []
+            failure, detail, _ = self._waiting
+            self._waiting = None
+            return self._temporary_exit(failure, detail, now)
         if not self._engine_alive or self._stop_reason is not None:
             return []
         if inp.name == STALL_TIMER and self.phase in STARTING_PHASES:
@@ -789,7 +916,7 @@ class Lifecycle:
             return [Log("engine.start_timeout", "error", {"profile": self.profile,
                                                           "start_s": self.settings.start_s}),
                     *self._stop("start_timeout")]
-        if inp.name == FAILURE_GRACE_TIMER:
+        if inp.name == FAILURE_GRACE_TIMER and self.phase not in UP_PHASES:
             return self._stop("failed")
         return []
 
@@ -800,6 +927,7 @@ class Lifecycle:
         if self._probing and self.phase in STARTING_PHASES:
             self._probing = False
             self._reached_ready = True
+            self._temp_deadline, self._temp_failures = None, 0  # a spell of waiting is over
             cur = self._current()
             if cur is not None:
                 cur.outcome = "ready"
@@ -808,6 +936,9 @@ class Lifecycle:
             # never shows "ready" while the unit is still activating.
             acts += [a for a in self._set_phase(Phase.READY, now) if not isinstance(a, NotifyStatus)]
             acts.append(MarkGood(self.profile or "", cur.seconds(now) if cur else None))
+            if self._probation == self.profile:
+                acts.append(Log("profile.probation_passed", "info", {"profile": self.profile}))
+            self._probation = None
             acts.append(Log("supervisor.ready", "info", {
                 "profile": self.profile, "attempt": self.attempt, "tok_s": _round(inp.tok_s, 1),
                 "ttft_s": _round(inp.ttft_s, 3), "seconds": cur.seconds(now) if cur else None}))
@@ -850,12 +981,30 @@ class Lifecycle:
         return []
 
     def _on_HealthOk(self, inp: HealthOk, now: float) -> list[Action]:
+        acts = self._refute_failures(now)
         if self.phase == Phase.DEGRADED and self._stop_reason is None:
             self._health_misses = 0
-            return [Log("health.recovered", "info", {"profile": self.profile}),
+            return [*acts, Log("health.recovered", "info", {"profile": self.profile}),
                     *self._set_phase(Phase.SERVING, now)]
         self._health_misses = 0
-        return []
+        return acts
+
+    def _refute_failures(self, now: float) -> list[Action]:
+        """The engine answered more than `failure_grace_s` after a failure line: that line did
+        not bring it down, so it explains nothing that happens later. Within the grace the
+        answer may predate the failure (an engine takes a few seconds to die)."""
+        if self.phase not in UP_PHASES or not self._failures:
+            return []
+        limit = now - self.settings.failure_grace_s
+        timed = list(zip(self._failures, self._failure_times, strict=True))
+        gone = [f for f, t in timed if t <= limit]
+        if not gone:
+            return []
+        self._failures = [f for f, t in timed if t > limit]
+        self._failure_times = [t for t in self._failure_times if t > limit]
+        return [Log("engine.failure_line_refuted", "info", {
+            "profile": self.profile, "failure_classes": sorted({f.failure.value for f in gone}),
+            "lines": [f.line_no for f in gone], "reason": "the engine kept serving"})]
 
     def _on_HealthFailed(self, inp: HealthFailed, now: float) -> list[Action]:
         if self.phase not in UP_PHASES or self._stop_reason is not None:
@@ -932,15 +1081,61 @@ class Lifecycle:
 
     def _on_GpuBusy(self, inp: GpuBusy, now: float) -> list[Action]:
         acts: list[Action] = [Log("gpu.busy", "error", {"detail": inp.detail})]
+        self._gpu_busy_detail = f"GPU held by a foreign process: {inp.detail}"
         if self._engine_alive:
             self._stop_reason = None
             return acts + self._stop("gpu_busy")
         self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
-        return acts + self._exit(ExitCode.TEMPORARY, f"GPU held by a foreign process: {inp.detail}",
-                                 now)
+        return acts + self._wait_temporary(FailureClass.GPU_BUSY, self._gpu_busy_detail, now,
+                                           self.profile, engine_said=False)
 
     def _on_PortBusy(self, inp: PortBusy, now: float) -> list[Action]:
         if self._engine_alive:  # only meaningful before a launch: the engine owns its port
             return []
         return [Log("engine.port_in_use", "error", {"detail": inp.detail}),
-                *self._exit(ExitCode.TEMPORARY, f"engine port busy: {inp.detail}", now)]
+                *self._wait_temporary(FailureClass.PORT_IN_USE, f"engine port busy: {inp.detail}",
+                                      now, self.profile, engine_said=False)]
+
+    def _on_TemporaryCleared(self, inp: TemporaryCleared, now: float) -> list[Action]:
+        if self._waiting is None or inp.seq != self._wait_seq or self._engine_alive:
+            return []  # a wait that a launch (reload) or a stop already ended
+        failure, _, profile = self._waiting
+        self._waiting = None
+        acts: list[Action] = [CancelTimer(TEMPORARY_TIMER),
+                              Log("supervisor.wait_over", "info", {
+                                  "failure_class": failure.value, "profile": profile})]
+        if profile is None:
+            return acts + self._on_Start(Start(), now)
+        acts += self._set_phase(Phase.RESTARTING, now)
+        return acts + self._launch(profile, f"after {failure.value} cleared", now, 0.0,
+                                   failure.value)
+
+    def _temporary_exit(self, failure: FailureClass, detail: str, now: float) -> list[Action]:
+        wait_s = self.settings.temporary_wait_s
+        why = f" did not clear within {wait_s:g} s" if wait_s > 0 else ""
+        return self._exit(ExitCode.TEMPORARY, f"{failure.value}{why}: {detail}", now)
+
+    def _wait_temporary(self, failure: FailureClass, detail: str, now: float,
+                        profile: str | None, *, engine_said: bool) -> list[Action]:
+        """Wait (bounded by `temporary_wait_s` over the whole spell) for a temporary condition
+        to clear, then relaunch `profile` (None: start the ladder); past the bound, exit 75.
+
+        Systemd's start limit would end the unit for good after a few quick 75s: waiting here
+        keeps a port held for a minute from needing a person."""
+        if self._temp_deadline is None:
+            self._temp_deadline = now + self.settings.temporary_wait_s
+        left = self._temp_deadline - now
+        if left <= 0:
+            return self._temporary_exit(failure, detail, now)
+        self._temp_failures += 1
+        delay = (min(self.settings.backoff_s * 2 ** (self._temp_failures - 1),
+                     TEMPORARY_RETRY_MAX_S) if engine_said else 0.0)
+        self._wait_seq += 1
+        self._waiting = (failure, detail, profile)
+        acts: list[Action] = [Log("supervisor.waiting", "warning", {
+            "failure_class": failure.value, "detail": detail, "profile": profile,
+            "retry_after_s": delay, "exit_in_s": round(left, 3)})]
+        acts += self._set_phase(Phase.WAITING, now)
+        what = "port" if failure is FailureClass.PORT_IN_USE else "gpu"
+        return [*acts, SetTimer(TEMPORARY_TIMER, left),
+                WaitTemporary(what, detail, delay, self._wait_seq)]

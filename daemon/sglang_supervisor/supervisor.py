@@ -23,14 +23,15 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor import gpu, ports, state
+from sglang_supervisor import gpu, ports, reloadplan, state, wayback
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
 from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.fleet import GatewayAgent, read_gateway_key
 from sglang_supervisor.logsetup import EngineLine, log_engine_lines, set_redactions
 from sglang_supervisor.logwatch import LineSplitter, LogParser
 from sglang_supervisor.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
@@ -71,16 +72,19 @@ from sglang_supervisor.policy import (
     Start,
     StopEngine,
     StopRequested,
+    TemporaryCleared,
     TimerFired,
+    WaitTemporary,
 )
-from sglang_supervisor.probe import ProbeResult
-from sglang_supervisor.process import EngineProcess, engine_env
+from sglang_supervisor.probe import ProbeResult, engine_load
+from sglang_supervisor.process import EngineProcess, engine_env, venv_bin_dir
 from sglang_supervisor.profiles import (
     RenderedCommand,
     config_problems,
     default_secret_config_path,
     render,
 )
+from sglang_supervisor.reaper import Reaper
 from sglang_supervisor.regression import (
     Decision,
     KeepFaster,
@@ -88,6 +92,7 @@ from sglang_supervisor.regression import (
     RetryPrimary,
     TryNextProfile,
 )
+from sglang_supervisor.rotation import Verdict, liveness, planned, readiness
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -100,11 +105,21 @@ FAILED_STOP_DRAIN_S = 2.0
 EOF_GRACE_S = 3.0
 # Foreign processes holding less than this on our GPUs do not block a start (monitoring agents).
 FOREIGN_BYTES_BLOCKING = 1 << 30
+# While waiting for a temporary condition: how often it is checked, and how far ahead systemd's
+# start deadline is kept (the wait has its own bound, restart.temporary_wait_s).
+TEMPORARY_POLL_S = 1.0
+TEMPORARY_EXTEND_S = 60.0
+# How often the engine's family is walked for processes that left its session (setsid).
+ESCAPE_SCAN_S = 2.0
+# The loop's heartbeat (/livez, zombie reaping) and how old it may get before /livez fails.
+HEARTBEAT_S = 1.0
+LIVENESS_STALE_S = 15.0
 
 PHASE_TO_METRIC = {
     Phase.PREFLIGHT: "starting", Phase.LAUNCHING: "starting", Phase.LOADING_WEIGHTS: "loading",
     Phase.CAPTURING_GRAPHS: "capturing", Phase.WARMING_UP: "warming", Phase.READY: "ready",
     Phase.SERVING: "ready", Phase.DEGRADED: "degraded", Phase.RESTARTING: "restarting",
+    Phase.WAITING: "backoff",
     Phase.STOPPING: "stopping", Phase.STOPPED: "stopped", Phase.FAILED: "failed",
 }
 
@@ -121,6 +136,7 @@ class Prepared:
     version: str
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
+    gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
 
 
 def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
@@ -172,7 +188,20 @@ def prepare(config: Config, version: str, *, secret_path: str | None = None) -> 
         problems += config_problems(config, rc, version)
     if problems:
         raise ConfigError(problems, f"rendering for SGLang {version}")
-    return Prepared(config, version, renders, api_key)
+    return Prepared(config, version, renders, api_key, gateway_key(config))
+
+
+def gateway_key(config: Config) -> str | None:
+    """gateway.api_key_file's key; a file we cannot use is a configuration error."""
+    if not config.gateway.enabled:
+        return None
+    try:
+        return read_gateway_key(config.gateway.api_key_file)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError([ConfigProblem("gateway.api_key_file", f"cannot use the gateway key: {why}",
+                                         "write the gateway's API key, one line, into a file "
+                                         "readable by the service user")], "gateway") from None
 
 
 def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
@@ -181,7 +210,7 @@ def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
 
 
 def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
-                    retry_known_bad: bool) -> Settings:
+                    retry_known_bad: bool, probation: str | None = None) -> Settings:
     t = config.timeouts
     return Settings(
         profiles=tuple(config.profile_names),
@@ -189,12 +218,14 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         last_good=last_good,
         known_bad=dict(known_bad),
         retry_known_bad=retry_known_bad,
+        probation=probation,
         same_profile_retries=config.restart.same_profile_retries,
         health_failures=t.health_failures,
         stall_s=t.stall_s,
         start_s=t.start_s,
         backoff_s=config.restart.backoff_s,
         failure_grace_s=max(5.0, min(t.stall_s, 15.0)),
+        temporary_wait_s=config.restart.temporary_wait_s,
     )
 
 
@@ -259,7 +290,17 @@ class Supervisor:
         self.opts = options
         self.notifier = notifier or Notifier(options.environ)
         self.metrics = SupervisorMetrics()
-        self.store = state.StateStore(self.config.state_dir)
+        self.store = state.StateStore(self.config.state_dir, self.config.name)
+        # Set by the first exception inside the supervisor: from then on the lifecycle is not fed
+        # (the engine's exit that our own stop causes must not be blamed on its profile).
+        self._internal_failure = False
+        self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
+        self._below_best_since: float | None = None  # wall clock; persisted per fingerprint
+        # The last reload's outcome for /status, and the note STATUS= carries while it was refused.
+        self._last_reload: dict[str, Any] | None = None
+        self._reload_note: str | None = None
+        self._renew_monitor_at_ready = False  # probe settings changed while the engine started
+        self.metrics.below_best.set_function(self._below_best_seconds)
         self.fp = self._fingerprint()
         self.lifecycle = Lifecycle(self._settings(first_run=True))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -283,6 +324,14 @@ class Supervisor:
         self._capture_seconds: dict[str, float] = {}
         self._client: httpx.AsyncClient | None = None
         self._metrics_server: MetricsServer | None = None
+        # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
+        self._log_spell: tuple[float, int] | None = None
+        # Fleets (docs/OPERATIONS.md): gateway registration, the drain before planned stops,
+        # /readyz and /livez, zombie reaping as a container's PID 1. See `_before_stop`.
+        self._fleet: GatewayAgent | None = None
+        self._draining = False
+        self._heartbeat = time.monotonic()
+        self._reaper = Reaper.for_this_process(self._known_children)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -294,15 +343,24 @@ class Supervisor:
 
     def _settings(self, first_run: bool) -> Settings:
         now = time.time()
-        bad = self.store.known_bad(self.fp, now, self.config.restart.known_bad_ttl_s)
-        last_good = self.store.last_good(self.fp)
-        if last_good is None:
-            ranking = self.store.ranking(self.fp)
-            last_good = ranking[0] if ranking else None
+        fs = self.store.fingerprint_state(self.fp)
+        last_good = fs.last_good.profile if fs.last_good is not None else None
+        if last_good is None and fs.ranking is not None and fs.ranking.profiles:
+            last_good = fs.ranking.profiles[0]  # `tune`'s winner
+        r = self.config.restart
+        plan = wayback.plan(self.config.profile_names, last_good, fs.bad, now,
+                            wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
+        self._below_best_since = fs.below_best_since
         return policy_settings(
-            self.config, last_good=last_good,
-            known_bad={p: r.failure_class for p, r in bad.items()},
+            self.config, last_good=plan.last_good, known_bad=plan.backoff,
+            probation=plan.probation if first_run else None,
             retry_known_bad=self.opts.retry_known_bad and first_run)
+
+    def _below_best_seconds(self) -> float:
+        """For the metric: how long this deployment has served below the ladder's best profile
+        (across restarts: the start of the spell is in the state file)."""
+        since = self._below_best_since
+        return 0.0 if since is None else max(0.0, time.time() - since)
 
     @property
     def base_url(self) -> str:
@@ -319,10 +377,21 @@ class Supervisor:
             "engine_pid": eng.proc.pid if eng else None,
             "engine_log": self.config.engine.log_file,
             "engine_log_errors": eng.pump.log_errors if eng else 0,
+            "engine_log_writable": self._log_spell is None,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": self._monitor.status() if self._monitor else None,
+            "last_reload": self._last_reload,
+            "below_best_profile_seconds": round(self._below_best_seconds(), 1),
+            "readyz": self.readiness().reason,
+            "gateway": self._fleet.status() if self._fleet else None,
         })
         return snap
+
+    def readiness(self) -> Verdict:
+        return readiness(self.lifecycle.snapshot(time.monotonic()), draining=self._draining)
+
+    def liveness(self) -> Verdict:
+        return liveness(time.monotonic() - self._heartbeat, stale_s=LIVENESS_STALE_S)
 
     # -- main -----------------------------------------------------------------------------
 
@@ -331,14 +400,17 @@ class Supervisor:
         self._loop = loop
         self._done = loop.create_future()
         loop.set_exception_handler(self._loop_exception)
-        if self.prep.api_key:
-            set_redactions([self.prep.api_key])
+        # The gateway's key too: a gateway (or a proxy before it) may quote it in an error page.
+        if keys := [k for k in (self.prep.api_key, self.prep.gateway_key) if k]:
+            set_redactions(keys)
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             loop.add_signal_handler(sig, self.feed, StopRequested(name))
         loop.add_signal_handler(signal.SIGHUP, self._spawn_task, self._reload)
         self._client = httpx.AsyncClient()
+        self._start_fleet()
         await self._start_metrics()
         watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
+        heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
         log.info("supervisor.start", name=self.config.name, engine_version=self.prep.version,
                  profiles=",".join(self.config.profile_names), fingerprint=self.fp,
                  state_dir=self.config.state_dir, engine_log=self.config.engine.log_file)
@@ -354,6 +426,7 @@ class Supervisor:
             result = await self._done
         finally:
             watchdog.cancel()
+            heartbeat.cancel()
             # The handlers stay until the engine is gone: a second SIGTERM (Ctrl-C twice) during
             # the shutdown must not kill us with the default action and leave the engine behind.
             try:
@@ -372,16 +445,21 @@ class Supervisor:
             if eng.stopping is not None and not eng.stopping.done():
                 with contextlib.suppress(Exception):
                     await eng.stopping  # bounded by drain_s + kill_s
-            if eng.proc.returncode is None or eng.proc.group_members():
+            escaped = await asyncio.to_thread(eng.proc.family.escapees)
+            if eng.proc.returncode is None or eng.proc.group_members() or escaped:
                 # Exit was decided with (part of) the engine still up, e.g. after an internal
                 # error: never leave it behind, children included.
                 result = await eng.proc.stop(self.config.timeouts.drain_s, self.config.timeouts.kill_s)
+                self._log_escaped(result.escaped)
                 self._log_leftover(result.leftover)
         for t in list(self._tasks):
             t.cancel()
         for timer in self._timers.values():
             if timer.handle:
                 timer.handle.cancel()
+        if self._fleet is not None:
+            with contextlib.suppress(Exception):
+                await self._fleet.aclose()
         if self._metrics_server is not None:
             with contextlib.suppress(Exception):
                 await self._metrics_server.stop()
@@ -394,7 +472,8 @@ class Supervisor:
         if not self.config.metrics.enabled:
             return
         address = self.opts.metrics_address or self.config.metrics.address
-        server = MetricsServer(address, self.metrics, self.status)
+        server = MetricsServer(address, self.metrics, self.status, readiness=self.readiness,
+                               liveness=self.liveness)
         try:
             await server.start()
         except MetricsServerError as exc:
@@ -413,6 +492,47 @@ class Supervisor:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
 
+    # -- fleets: the gateway, the drain before planned stops, liveness, reaping ------------------
+
+    def _start_fleet(self) -> None:
+        gw = self.config.gateway
+        if gw.enabled:
+            self._fleet = GatewayAgent(gw, self.base_url, self.config.state_dir, self.metrics.registry,
+                                       api_key=self.prep.gateway_key, engine_api_key=self.prep.api_key)
+            self._fleet.start()
+
+    async def _beat(self) -> None:
+        """The heartbeat /livez reads; as PID 1 of a container it also reaps orphaned zombies."""
+        while True:
+            self._heartbeat = time.monotonic()
+            self._reaper.reap()
+            await asyncio.sleep(HEARTBEAT_S)
+
+    def _known_children(self) -> set[int]:
+        """Our own children, reaped by whoever started them (Popen), never by the reaper."""
+        return {self._engine.proc.pid} if self._engine is not None else set()
+
+    async def _before_stop(self, reason: str) -> None:
+        """The one hook every stop of the engine passes, before SIGTERM reaches it: a planned stop
+        leaves the gateway and waits for in-flight requests (bounded by gateway.drain_s); a
+        failure stop only leaves the gateway, in the background."""
+        if self._fleet is None:
+            return
+        if not planned(reason):
+            self._fleet.on_engine_gone()
+            return
+        self._draining = True
+        # systemd's stop (or reload) deadline must cover the drain that is about to happen.
+        self.notifier.extend_timeout(self.config.gateway.drain_s + self.config.timeouts.drain_s
+                                     + self.config.timeouts.kill_s + 5.0)
+        await self._fleet.drain(reason, self._inflight)
+
+    async def _inflight(self) -> int | None:
+        assert self._client is not None
+        load = await engine_load(self._client, self.base_url, self.prep.api_key,
+                                 timeout=self.config.gateway.timeout_s)
+        return None if load is None else load.running + load.queued
+
     def _spawn_task(self, fn: Callable[[], Any]) -> None:
         task = asyncio.ensure_future(fn())
         self._tasks.add(task)
@@ -430,10 +550,23 @@ class Supervisor:
             self._internal_error(task.exception())
 
     def _internal_error(self, exc: BaseException | None, where: str | None = None) -> None:
-        log.error("supervisor.internal_error", error=repr(exc), where=where,
-                  exc_info=exc if isinstance(exc, Exception) else None)
+        """A bug of ours (or a value we could not use): the supervisor's fault, never the
+        profile's. Logged and counted, the engine is stopped and we exit 1 (systemd restarts us);
+        nothing is remembered against the profile that was running."""
+        log.error("supervisor.internal_error", error=repr(exc)[:500], where=where,
+                  profile=self.lifecycle.profile, phase=self.lifecycle.phase.value,
+                  exc_info=exc if isinstance(exc, Exception) else None,
+                  hint="a fault of the supervisor, not of the engine or its profile; please report")
+        if not self._internal_failure:
+            self._internal_failure = True
+            self.metrics.internal_errors.inc()
+            with contextlib.suppress(Exception):
+                self.store.count_internal_error()
+            with contextlib.suppress(Exception):
+                self.notifier.status(f"internal error ({type(exc).__name__}): stopping; "
+                                     "the supervisor's fault, no profile blamed")
         if self._done is not None and not self._done.done():
-            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"))
+            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"[:500]))
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's last resort, in our log. A callback of ours that raised (a timer, a signal,
@@ -448,6 +581,8 @@ class Supervisor:
     # -- the policy bridge ------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
+        if self._internal_failure:
+            return  # shutting down after our own error: nothing is decided (or blamed) any more
         actions = self.lifecycle.handle(inp, time.monotonic())
         for action in actions:
             self._apply(action)
@@ -457,7 +592,7 @@ class Supervisor:
             fields = {k: v for k, v in a.fields.items() if v is not None}
             getattr(log, a.level)(a.event, **fields)
         elif isinstance(a, NotifyStatus):
-            self.notifier.status(a.text)
+            self.notifier.status(self._with_note(a.text))
             self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
             self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
         elif isinstance(a, Launch):
@@ -473,6 +608,8 @@ class Supervisor:
             t = self._timers.pop(a.name, None)
             if t is not None and t.handle is not None:
                 t.handle.cancel()
+        elif isinstance(a, WaitTemporary):
+            self._spawn_task(lambda: self._wait_temporary(a))
         elif isinstance(a, RunReadyProbe):
             self._spawn_task(lambda: self._ready_probe(a.attempt))
         elif isinstance(a, NotifyReady):
@@ -481,9 +618,11 @@ class Supervisor:
             self.notifier.stopping(self.lifecycle.status_text())
             self._stop_serving_tasks()
         elif isinstance(a, NotifyReloading):
-            self.notifier.reloading(self.lifecycle.status_text())
+            self.notifier.reloading(self._with_note(self.lifecycle.status_text()))
         elif isinstance(a, MarkGood):
-            self.store.mark_good(self.fp, a.profile, time.time())
+            self.store.mark_serving(self.fp, a.profile, time.time(),
+                                    below_best=a.profile != self.config.profile_names[0])
+            self._below_best_since = self.store.fingerprint_state(self.fp).below_best_since
             self.metrics.start_attempt(a.profile, "ready")
             if a.seconds is not None:
                 self.metrics.startup_seconds(a.seconds)
@@ -559,6 +698,24 @@ class Supervisor:
             if self._launching is asyncio.current_task():
                 self._launching = None
 
+    async def _wait_temporary(self, a: WaitTemporary) -> None:
+        """Check the condition the lifecycle waits for until it clears (its timer bounds us)."""
+        await asyncio.sleep(a.delay_s)
+        extended = float("-inf")
+        while self.lifecycle.wait_seq == a.seq:
+            if a.what == "port":
+                busy = port_taken(self.config.engine.host, self.config.engine.port)
+            else:
+                busy = await asyncio.to_thread(self._foreign)
+            if busy is None:
+                self.feed(TemporaryCleared(a.seq))
+                return
+            now = time.monotonic()
+            if not self.lifecycle.ready_sent and now - extended >= TEMPORARY_EXTEND_S / 3:
+                extended = now  # still starting: systemd's start timeout must not end the wait
+                self.notifier.extend_timeout(TEMPORARY_EXTEND_S)
+            await asyncio.sleep(TEMPORARY_POLL_S)
+
     def _render(self, profile: str) -> RenderedCommand:
         rc = self.prep.renders.get(profile)
         if rc is None:  # a profile added by a reload is rendered on the spot
@@ -585,7 +742,7 @@ class Supervisor:
                 self.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
                                        f"{secret_path}: {exc.strerror}", config_error=True))
                 return
-        env = engine_env(self.opts.environ, rc.env)
+        env = engine_env(self.opts.environ, rc.env, venv_bin_dir(rc.argv[0]))
         if not self._engine_started_once:
             gpus = gpu.snapshot()
             self._gpu_baseline = gpu.total_used(gpus, self._gpu_set()) if gpus else None
@@ -607,7 +764,8 @@ class Supervisor:
 
         pump = EngineLogPump(
             proc.stdout_fd, loop=self._loop,
-            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups),
+            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
+                                on_state=self._log_state_threadsafe),
             splitter=LineSplitter(), parser=LogParser(self.prep.version, secrets),
             on_output=lambda events: self._on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
@@ -620,20 +778,67 @@ class Supervisor:
         self._capture_seconds = {}
         self.feed(Launched(attempt, proc.pid, capture_keys(rc.argv, self.prep.version)))
         self._spawn_task(lambda: self._watch_exit(self._engine_for(attempt)))
+        self._spawn_task(lambda: self._watch_family(self._engine_for(attempt)))
+
+    def _log_state_threadsafe(self, st: LogWriteState) -> None:
+        """From the pump's thread: never log or block there (journald may be what is stuck)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: we are exiting
+                self._loop.call_soon_threadsafe(self._on_log_state, st)
+
+    def _on_log_state(self, st: LogWriteState) -> None:
+        """A full disk under the engine log is an event (once per spell, and its end) and a
+        metric: the engine runs on, its lines still go to the journal."""
+        now = time.monotonic()
+        if not st.ok and self._log_spell is None:
+            self._log_spell = (now, st.dropped_bytes)
+            self.metrics.engine_log_state(False, st.dropped_bytes, began=True)
+            log.error("engine_log.write_failed", path=st.path, error=st.error,
+                      hint=f"free space under {os.path.dirname(st.path) or '.'}: the engine keeps "
+                           "running (its lines reach the journal if logging.forward_engine_output "
+                           "is on); writing resumes by itself")
+            return
+        self.metrics.engine_log_state(st.ok, st.dropped_bytes)
+        if self._log_spell is None:
+            return
+        began, dropped = self._log_spell
+        dropped += st.dropped_bytes
+        if st.ok:
+            self._log_spell = None
+            log.info("engine_log.write_recovered", path=st.path, dropped_bytes=dropped,
+                     seconds=round(now - began, 3))
+        else:
+            self._log_spell = (began, dropped)
 
     def _engine_for(self, attempt: int) -> _Engine:
         assert self._engine is not None and self._engine.attempt == attempt
         return self._engine
 
+    async def _watch_family(self, eng: _Engine) -> None:
+        """Warn about engine processes that leave its session (setsid) as soon as they do: the
+        group kill would miss them; `EngineProcess.stop` kills them with the engine."""
+        while eng.proc.returncode is None and eng.stopping is None:
+            for e in await asyncio.to_thread(eng.proc.family.scan):
+                log.warning("engine.escaped_process", profile=eng.profile, pid=e.pid, comm=e.name,
+                            session=e.session,
+                            hint="it left the engine's session (setsid); it is stopped with "
+                                 "the engine")
+            await asyncio.sleep(ESCAPE_SCAN_S)
+
     async def _watch_exit(self, eng: _Engine) -> None:
         rc = await eng.proc.wait()
+        if not eng.proc.we_stopped and self._fleet is not None:
+            self._fleet.on_engine_gone()  # a crash: out of the gateway before anything else
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
-        if eng.proc.group_members():
-            # The launcher is gone but part of its group lives on (holding GPU memory or the
-            # pipe): an engine is all of its processes.
-            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()])
+        escaped = await asyncio.to_thread(eng.proc.family.escapees, sweep=True)
+        if eng.proc.group_members() or escaped:
+            # The launcher is gone but part of its group (or a process that left it) lives on,
+            # holding GPU memory, its port or the pipe: an engine is all of its processes.
+            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()]
+                        + [e.pid for e in escaped])
             result = await eng.proc.stop(0.0, self.config.timeouts.kill_s)
+            self._log_escaped(result.escaped)
             self._log_leftover(result.leftover)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
@@ -648,6 +853,12 @@ class Supervisor:
         self._stop_serving_tasks()
         clean = rc in clean_exit_codes(self.prep.version)
         self.feed(EngineExited(eng.attempt, rc, eng.proc.we_stopped, clean))
+
+    def _log_escaped(self, escaped: Sequence[Any]) -> None:
+        if escaped:
+            log.warning("engine.escapees_stopped",
+                        processes=", ".join(f"{p.pid}:{p.name}" for p in escaped),
+                        hint="engine processes outside its session (setsid) were killed with it")
 
     def _log_leftover(self, leftover: Sequence[Any]) -> None:
         if leftover:
@@ -677,10 +888,12 @@ class Supervisor:
         eng.note_pids()
 
         async def stop() -> None:
+            await self._before_stop(reason)
             result = await eng.proc.stop(drain, t.kill_s)
             log.info("engine.stopped", profile=eng.profile, reason=reason,
                      returncode=result.returncode, drained=result.drained, killed=result.killed,
                      seconds=result.seconds)
+            self._log_escaped(result.escaped)
             self._log_leftover(result.leftover)
 
         eng.stopping = asyncio.ensure_future(stop())
@@ -796,8 +1009,19 @@ class Supervisor:
         if self.lifecycle.attempt == attempt:
             self.feed(ProbeFailed(last_error, hung=hung))
 
+    def _with_note(self, text: str) -> str:
+        """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
+        status` is where an operator looks, and the next tok/s refresh must not hide it."""
+        return text if self._reload_note is None else f"{text}; {self._reload_note}"
+
     def _on_ready(self) -> None:
-        self.notifier.ready(self.lifecycle.status_text())
+        self.notifier.ready(self._with_note(self.lifecycle.status_text()))
+        if self._renew_monitor_at_ready:
+            self._renew_monitor_at_ready = False
+            self._renew_monitor()
+        self._draining = False
+        if self._fleet is not None:
+            self._fleet.on_ready()
         if self._engine is not None:
             self._engine.note_pids()
         # READY=1 also ends a reload that kept the engine: the loops may already be running.
@@ -824,10 +1048,10 @@ class Supervisor:
             self._monitor = None
 
     async def _health_loop(self, attempt: int) -> None:
-        t = self.config.timeouts
         url = self.base_url + health_path(self.prep.version)
         assert self._client is not None
         while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
+            t = self.config.timeouts  # every round: a reload applies new timeouts at once
             await asyncio.sleep(t.health_interval_s)
             try:
                 resp = await self._client.get(url, timeout=t.health_timeout_s)
@@ -856,11 +1080,11 @@ class Supervisor:
     # -- reload -------------------------------------------------------------------------------
 
     async def _reload(self) -> None:
-        """SIGHUP: re-read the configuration; restart the engine only if its command changed."""
+        """SIGHUP: re-read the configuration; restart the engine only if its command changed.
+        Every changed key is applied, or the reload is refused with the reason (reloadplan.py)."""
         path = self.opts.config_path
-        ready = self.lifecycle.ready_sent
         if path is None:
-            log.warning("supervisor.reload_failed", error="no configuration file to re-read")
+            self._refuse_reload("no configuration file to re-read", "no_config")
             return
         try:
             config = await asyncio.to_thread(load_config, path)
@@ -869,16 +1093,23 @@ class Supervisor:
             prepared = await asyncio.to_thread(prepare, config, version)
         except ConfigError as exc:
             # A broken file must not take a healthy engine down: keep running what we have.
-            log.error("supervisor.reload_failed", error=str(exc), kept_profile=self.lifecycle.profile)
-            if ready:
-                self.notifier.reloading("reload failed; configuration unchanged")
-                self.notifier.ready(self.lifecycle.status_text())
+            first = exc.problems[0] if exc.problems else None
+            why = f"{len(exc.problems)} configuration problem(s)" + (
+                f", first: {first.path or 'file'}: {first.problem}" if first else "")
+            self._refuse_reload(why[:300], "invalid", report=str(exc))
             return
         current = self.lifecycle.profile
         old = self.prep.renders.get(current) if current else None
         new = prepared.renders.get(current) if current else None
         changed = (old is None or new is None or old.argv != new.argv or old.env != new.env
                    or old.secret_config != new.secret_config)
+        refused = reloadplan.refused_keys(self.config, config, engine_restarts=changed)
+        if refused:
+            self._refuse_reload(reloadplan.refusal_reason(refused), "not_applicable",
+                                keys=",".join(sorted(refused)))
+            return
+        probe_changed = config.probe != self.config.probe
+        keys = reloadplan.changed_keys(self.config, config)
         self.prep = prepared
         self.config = config
         # Baselines, last good and known bad belong to the commands that earned them: the new
@@ -886,14 +1117,60 @@ class Supervisor:
         old_fp, self.fp = self.fp, await asyncio.to_thread(self._fingerprint)
         if self.fp != old_fp:
             log.info("supervisor.fingerprint_changed", old=old_fp, new=self.fp)
-        if prepared.api_key:
-            set_redactions([prepared.api_key])
+        if secrets := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
+            set_redactions(secrets)
+        self._reload_note = None
+        self._last_reload = {"result": "applied", "at": time.time(), "changed": keys[:50],
+                             "restarts_engine": changed}
+        self.metrics.reload_result("applied")
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))
         if not changed and current and self.fp != old_fp and self.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
             # restart of the supervisor would forget it), and /metrics names the new fingerprint.
-            self.store.mark_good(self.fp, current, time.time())
+            self.store.mark_serving(self.fp, current, time.time(),
+                                    below_best=current != config.profile_names[0])
+            self._below_best_since = self.store.fingerprint_state(self.fp).below_best_since
             self._publish_active(current)
+        if probe_changed and not changed:
+            if self._monitor is not None:
+                self._renew_monitor()
+            elif self._ready_monitor is not None:
+                self._renew_monitor_at_ready = True
+
+    def _refuse_reload(self, reason: str, kind: str, **fields: Any) -> None:
+        """Keep everything as it runs, and say why where operators look: the journal, STATUS=
+        (`systemctl status`), /status and a metric."""
+        log.error("supervisor.reload_failed", reason=reason, kind=kind,
+                  kept_profile=self.lifecycle.profile, **fields,
+                  hint="the running configuration is unchanged; fix the file and reload again "
+                       "(sglang-supervisor check --config FILE shows every problem)")
+        self._reload_note = f"reload refused: {reason}"[:200]
+        self._last_reload = {"result": "refused", "at": time.time(), "reason": reason}
+        self.metrics.reload_result("refused")
+        text = self._with_note(self.lifecycle.status_text())
+        if self.lifecycle.ready_sent and self.lifecycle.phase in UP_PHASES:
+            self.notifier.reloading(text)
+            self.notifier.ready(text)
+        else:
+            self.notifier.status(text)
+
+    def _renew_monitor(self) -> None:
+        """New probe settings while serving: replace the throughput monitor (its probe shape,
+        interval and baseline key come from them), keeping what remediation learned."""
+        old = self._monitor
+        profile = self.lifecycle.profile
+        if old is None or profile is None or self.lifecycle.phase not in UP_PHASES:
+            return
+        if self._monitor_task is not None:
+            self._monitor_task.cancel()
+            self._monitor_task = None
+        self._remediation = old.remediation
+        old.stop()
+        self._spawn_task(old.aclose)
+        self._monitor = self._new_monitor(profile)
+        if self.config.probe.enabled:
+            self._monitor_task = asyncio.ensure_future(self._monitor.run())
+            self._supervise(self._monitor_task)
 
     def _reload_version(self, config: Config) -> str:
         if config.engine.version == self.config.engine.version and config.engine.command == (

@@ -34,8 +34,10 @@ def logged_event_names() -> dict[str, list[str]]:
             if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
                 continue
             f = node.func
-            is_log = (isinstance(f, ast.Attribute) and f.attr in LOG_METHODS
-                      and _logger_name(f.value) in LOGGERS)
+            # `(log.debug if quiet else log.info)("name", ...)` counts too
+            branches = [f.body, f.orelse] if isinstance(f, ast.IfExp) else [f]
+            is_log = all(isinstance(b, ast.Attribute) and b.attr in LOG_METHODS
+                         and _logger_name(b.value) in LOGGERS for b in branches)
             is_action = isinstance(f, ast.Name) and f.id == "Log"
             if is_log or is_action:
                 found.setdefault(first.value, []).append(f"{path.relative_to(DAEMON)}:{node.lineno}")

@@ -32,7 +32,7 @@ BASE = """\
 engine:
   command: ["{python}", -m, sglang.launch_server]
   version: "0.5.23"
-  model_path: /models/m
+  model_path: org/m
   port: 31000
   args:
     tp-size: 2
@@ -117,7 +117,7 @@ def test_qwen_ladder_shape(qwen) -> None:
     assert low["--cuda-graph-backend-prefill"] == ["disabled"]  # extends no-prefill-graph
     tuned = render(qwen, "tuned", "0.5.23").argv
     assert tuned[:3] == ["/opt/sglang/.venv/bin/python3", "-m", "sglang.launch_server"]
-    assert flags_with_values(tuned)["--model-path"] == ["/root/models/Qwen3.6-27B"]
+    assert flags_with_values(tuned)["--model-path"] == ["Qwen/Qwen3.6-27B"]
     assert flags_with_values(tuned)["--host"] == ["127.0.0.1"]
     assert flags_with_values(tuned)["--port"] == ["30000"]
     assert flags_with_values(tuned)["--tp-size"] == ["2"]
@@ -136,7 +136,7 @@ def test_render_overlay_python_placeholder_and_order() -> None:
     config = parse_config(BASE, "t")
     rc = render(config, "first", "0.5.23", python="/usr/bin/python3.11")
     assert rc.argv[:3] == ["/usr/bin/python3.11", "-m", "sglang.launch_server"]
-    assert rc.argv[3:9] == ["--model-path", "/models/m", "--host", "127.0.0.1", "--port", "31000"]
+    assert rc.argv[3:9] == ["--model-path", "org/m", "--host", "127.0.0.1", "--port", "31000"]
     flags = flags_with_values(rc.argv)
     assert flags["--cuda-graph-bs-decode"] == ["1", "2", "4"]
     assert "--disable-radix-cache" not in flags and "--chunked-prefill-size" not in flags
@@ -171,16 +171,16 @@ def test_flag_without_equivalent_is_an_error_with_its_key_path() -> None:
 
 def test_api_key_goes_into_the_secret_config_never_argv_or_env(tmp_path: Path) -> None:
     key = tmp_path / "key"
-    key.write_text("sk-very-secret\n")
+    key.write_text("sk-very-secret-key-42\n")
     key.chmod(0o600)
     config = parse_config(BASE.replace("  model_path:", f"  api_key_file: {key}\n  model_path:"), "t")
     rc = render(config, "first", "0.5.23", secret_config_path="/run/sglang/x.yaml")
     assert rc.argv[-2:] == ["--config", "/run/sglang/x.yaml"]
-    assert rc.secret_config == {"api-key": "sk-very-secret"}
-    assert "sk-very-secret" not in " ".join(rc.argv)
-    assert "sk-very-secret" not in " ".join(rc.env.values())
-    assert "sk-very-secret" not in shell_format(rc)
-    assert "sk-very-secret" not in str(rc.to_json())
+    assert rc.secret_config == {"api-key": "sk-very-secret-key-42"}
+    assert "sk-very-secret-key-42" not in " ".join(rc.argv)
+    assert "sk-very-secret-key-42" not in " ".join(rc.env.values())
+    assert "sk-very-secret-key-42" not in shell_format(rc)
+    assert "sk-very-secret-key-42" not in str(rc.to_json())
     shown = render(config, "first", "0.5.23", api_key=REDACTED)
     assert shown.secret_config == {"api-key": REDACTED}
     assert command_hash(shown) == command_hash(render(config, "first", "0.5.23"))

@@ -235,8 +235,8 @@ def run_step(walk: Walk, step: Step) -> None:
     if "check --config FILE" in re.sub(r"\s+", " ", cmd):
         run("sglang-supervisor check --config /etc/sglang-supervisor/qwen.yaml")
         return
-    if cmd.startswith("sglang-supervisor check --config ... --sglang-version"):
-        run(typed.replace("...", "/etc/sglang-supervisor/qwen.yaml"))
+    if "--config ..." in cmd:  # "the configuration" in prose: the one the guide edits
+        run(typed.replace("--config ...", "--config /etc/sglang-supervisor/qwen.yaml"))
         return
     if cmd == "systemd-analyze security --offline=yes":
         out = run("systemd-analyze security --offline=yes --no-pager /lib/systemd/system/sglang-qwen.service")

@@ -318,7 +318,9 @@ def test_doctor_refuses_paths_the_unit_cannot_see(box: Sandbox, tmp_path: Path) 
     cfg = demo_config()
     cfg["name"] = name
     cfg["engine"]["command"] = ["/root/.venvs/sglang/bin/python3", "-m", "sglang.launch_server"]
-    cfg["engine"]["model_path"] = "/root/models/Qwen3.6-27B"
+    models = Path("/root/.systest-doctor/models")
+    (models / "Qwen3.6-27B").mkdir(parents=True, exist_ok=True)  # there for root (check validates it)
+    cfg["engine"]["model_path"] = str(models / "Qwen3.6-27B")
     cfg["engine"]["version"] = "0.5.23"
     path = ETC / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -326,12 +328,13 @@ def test_doctor_refuses_paths_the_unit_cannot_see(box: Sandbox, tmp_path: Path) 
         proc = box.run("sglang-supervisor", "doctor", "--config", str(path), check=False, timeout=300)
     finally:
         path.unlink()
+        shutil.rmtree(models.parent)
     out = proc.stdout
     assert proc.returncode == 1, out
     unit = f"sglang-supervisor@{name}.service"
     assert f"{unit} cannot see the engine command /root/.venvs/sglang/bin/python3" in out, out
-    assert f"{unit} cannot see the model /root/models/Qwen3.6-27B" in out, out
-    assert "ProtectHome=yes hides /root" in out and "BindReadOnlyPaths=/root/models" in out, out
+    assert f"{unit} cannot see the model {models}/Qwen3.6-27B" in out, out
+    assert "ProtectHome=yes hides /root" in out and f"BindReadOnlyPaths={models}" in out, out
 
 
 def test_engine_hang_is_detected_and_the_supervisor_restarts_the_engine(box: Sandbox) -> None:

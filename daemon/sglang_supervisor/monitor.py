@@ -29,8 +29,8 @@ from sglang_supervisor.probe import (
     ProbeShape,
     engine_metrics,
     make_shape,
-    parse_get_load,
     probe_once,
+    read_get_load,
 )
 from sglang_supervisor.regression import (
     Decision,
@@ -225,13 +225,7 @@ class ThroughputMonitor:
             self._note_counters(m)
             if m.running is not None and m.queued is not None:
                 return m.running, m.queued
-        try:
-            resp = await self._http().get(f"{self.base_url}/get_load", timeout=5.0,
-                                          headers={"Authorization": f"Bearer {self._api_key}"}
-                                          if self._api_key else {})
-            load = parse_get_load(resp.json()) if resp.status_code == 200 else None
-        except (httpx.HTTPError, OSError, ValueError):
-            load = None
+        load = await read_get_load(self._http(), self.base_url, self._api_key)
         return (load.running, load.queued) if load is not None else None
 
     def _note_counters(self, m: EngineMetrics) -> None:

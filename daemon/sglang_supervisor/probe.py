@@ -526,3 +526,30 @@ async def engine_load(
     if m is not None and m.running is not None and m.queued is not None:
         return EngineLoad(m.running, m.queued, "metrics")
     return await read_get_load(client, base_url, api_key, timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthResult:
+    ok: bool
+    why: str  # "HTTP 200", or what went wrong
+    problem: str | None = None  # an `enginehttp.Problem` value when there was no usable answer
+
+
+async def check_health(client: httpx.AsyncClient, url: str, timeout: float) -> HealthResult:
+    """One health check: 200 within `timeout` s, body included (a body that never ends is no
+    answer), at most `MAX_ERROR_BODY_BYTES` of it. Never raises for what the server does."""
+    try:
+        answer = await fetch(client, url, deadline_s=timeout, max_bytes=MAX_ERROR_BODY_BYTES)
+    except EngineAnswerError as exc:
+        why = f"no answer within {timeout:g} s" if exc.timed_out else exc.detail
+        return HealthResult(False, why, exc.problem.value)
+    if answer.status != 200:
+        return HealthResult(False, f"HTTP {answer.status}", Problem.HTTP_STATUS.value)
+    return HealthResult(True, "HTTP 200")
+
+
+def decode_counters(m: EngineMetrics | None) -> tuple[float | None, ...] | None:
+    """The /metrics counters that only grow while the engine decodes (`wedge.counters_grew`)."""
+    if m is None:
+        return None
+    return (m.generation_tokens_total, m.decode_graph_passes, m.decode_eager_passes)

@@ -94,6 +94,13 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _float_sized_int(text: str) -> int:
+    # An integer no float can hold would overflow the first arithmetic done on it (tok/s).
+    if len(text.lstrip("-")) > 308:
+        raise EngineAnswerError(Problem.NON_FINITE, f"an integer of {len(text)} digits overflows a float")
+    return int(text)
+
+
 def json_depth(value: object) -> int:
     """Nesting depth of decoded JSON (a scalar is 0), iterative: deep input cannot recurse here."""
     deepest = 0
@@ -117,7 +124,8 @@ def parse_json(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, what: str 
     UTF-8 and integers too long to convert are `EngineAnswerError`s, never other exceptions."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                           parse_int=_float_sized_int)
     except RecursionError:
         raise EngineAnswerError(Problem.TOO_DEEP, f"{what}: JSON nested too deep to decode") from None
     except EngineAnswerError as exc:

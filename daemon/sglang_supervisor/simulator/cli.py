@@ -26,7 +26,7 @@ import uvicorn
 from sglang_supervisor.engine.sglang import parse_version
 from sglang_supervisor.simulator import args as simargs
 from sglang_supervisor.simulator import faults as faultmod
-from sglang_supervisor.simulator import ranks, server, serving, startup, throughput, versions
+from sglang_supervisor.simulator import misbehave, ranks, server, serving, startup, throughput, versions
 
 _WARNING_ENTRY = (
     "{path}/sglang/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still supported, "
@@ -214,6 +214,9 @@ class Launcher:
         loop = asyncio.get_running_loop()
         engine = serving.Engine(cfg, self.log)
         self.engine = engine
+        tp0 = self.rank_procs[0] if self.rank_procs else None
+        if tp0 is not None and tp0.stdin is not None and tp0.stdout is not None:
+            engine.heartbeat = serving.SchedulerLink(tp0.stdin.fileno(), tp0.stdout.fileno()).beat
         mem = startup.memory_plan(cfg)
         engine.kv_tokens = mem.kv_tokens
         engine.memory_usage = {
@@ -246,7 +249,7 @@ class Launcher:
         health_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT") or 20) * self.scale
         api = server.Api(cfg, engine, self.log, max(health_s, 0.2), registry)
         config = uvicorn.Config(
-            server.build_app(api),
+            misbehave.Misbehave(server.build_app(api), engine, self.scale),
             host=cfg.host,
             port=cfg.port,
             log_config=LOG_CONFIG,
@@ -318,7 +321,8 @@ class Launcher:
         self.log.main("The server is fired up and ready to roll!")
         for f in self.faults:
             if (
-                f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback")
+                f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "http",
+                           "health-slow-under-load")
                 and (f.kind != "hang" or f.stage == "serving")
                 and (f.kind != "crash" or f.stage is None)
             ):
@@ -332,6 +336,10 @@ class Launcher:
             engine.wedge()
         elif f.kind == "degrade":
             engine.degrade(f.factor or 1.0)
+        elif f.kind == "http" and f.stage and f.mode:
+            engine.http_faults[f.stage] = f.mode
+        elif f.kind == "health-slow-under-load":
+            engine.health_slow_s = (f.seconds or 60.0) * self.scale
         elif f.kind == "eager-fallback":
             engine.eager = True
         elif f.kind == "crash":

@@ -59,7 +59,7 @@ class EngineAnswerError(Exception):
 # large TP engine a few hundred KiB.
 MAX_LINE_BYTES = 1 << 20
 MAX_JSON_BYTES = 4 << 20
-MAX_METRICS_BYTES = 8 << 20
+MAX_METRICS_BYTES = 4 << 20
 MAX_ERROR_BODY_BYTES = 4 << 10
 # Deeper than any answer SGLang sends (server_info nests < 6); the decoder itself stops near
 # Python's recursion limit, the walk below at this depth.
@@ -119,11 +119,12 @@ def json_depth(value: object) -> int:
     return deepest
 
 
-def parse_json(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, what: str = "answer") -> Any:
+def parse_json(data: bytes | bytearray | str, *, max_depth: int = MAX_JSON_DEPTH,
+               what: str = "answer") -> Any:
     """Pure: decode untrusted JSON. NaN/Infinity/1e999, nesting deeper than `max_depth`, invalid
     UTF-8 and integers too long to convert are `EngineAnswerError`s, never other exceptions."""
     try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        text = data if isinstance(data, str) else data.decode("utf-8")
         value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
                            parse_int=_float_sized_int)
     except RecursionError:
@@ -137,7 +138,7 @@ def parse_json(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH, what: str 
     return value
 
 
-def parse_json_object(data: bytes | str, *, what: str = "answer") -> dict[str, Any]:
+def parse_json_object(data: bytes | bytearray | str, *, what: str = "answer") -> dict[str, Any]:
     value = parse_json(data, what=what)
     if not isinstance(value, dict):
         raise EngineAnswerError(Problem.BAD_SHAPE,
@@ -151,7 +152,7 @@ def parse_json_object(data: bytes | str, *, what: str = "answer") -> dict[str, A
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
-    body: bytes
+    body: bytes | bytearray
 
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
@@ -181,14 +182,12 @@ async def fetch(
     async def read() -> Answer:
         async with client.stream(method, url, headers=_merge(headers), json=json_body,
                                  timeout=deadline_s) as resp:
-            chunks: list[bytes] = []
-            size = 0
+            body = bytearray()  # grows in place: no second copy of the body to join
             async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
+                if len(body) + len(chunk) > max_bytes:
                     raise _too_large(url, max_bytes)
-                chunks.append(chunk)
-            return Answer(resp.status_code, b"".join(chunks))
+                body += chunk
+            return Answer(resp.status_code, body)
 
     try:
         return await asyncio.wait_for(read(), deadline_s)
@@ -221,17 +220,15 @@ def fetch_sync(
     end = time.monotonic() + deadline_s
     try:
         with client.stream("GET", url, headers=_merge(headers), timeout=deadline_s) as resp:
-            chunks: list[bytes] = []
-            size = 0
+            body = bytearray()
             for chunk in resp.iter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
+                if len(body) + len(chunk) > max_bytes:
                     raise _too_large(url, max_bytes)
-                chunks.append(chunk)
+                body += chunk
                 if time.monotonic() > end:
                     raise EngineAnswerError(Problem.TIMEOUT,
                                             f"no complete answer from {url} within {deadline_s:g} s")
-            return Answer(resp.status_code, b"".join(chunks))
+            return Answer(resp.status_code, body)
     except (httpx.HTTPError, OSError) as exc:
         raise _http_problem(exc, url) from None
 
@@ -240,12 +237,15 @@ async def bounded_lines(resp: httpx.Response, max_line: int = MAX_LINE_BYTES) ->
     """The lines of a streaming body, none longer than `max_line` bytes: httpx's own
     `aiter_lines` keeps a line that never ends in memory whole (one run reached 9 GB). The
     caller bounds the total time (the stream may be endless)."""
-    buf = b""
+    buf = bytearray()  # grows in place: no copy of the pending line per chunk
     async for chunk in resp.aiter_bytes():
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            yield line.rstrip(b"\r").decode("utf-8", "replace")
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            buf += chunk[start:end]
+            yield buf.rstrip(b"\r").decode("utf-8", "replace")
+            buf.clear()
+            start = end + 1
+        buf += chunk[start:]
         if len(buf) > max_line:
             raise EngineAnswerError(Problem.TOO_LARGE,
                                     f"a line of the stream is longer than {max_line} bytes")

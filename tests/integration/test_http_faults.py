@@ -215,10 +215,22 @@ def test_garbage_answers_fail_probes_without_crash_or_restart(daemons: list[Daem
 @pytest.mark.parametrize("mode", ["hang", "trickle", "huge"])
 def test_health_without_a_complete_answer_is_a_wedge(daemons: list[Daemon], tmp_path: Path,
                                                      mode: str) -> None:
-    d = start(daemons, tmp_path, serving_config(tmp_path, f"http:health:{mode}@250"))
+    """An idle engine whose /health never completes (no decode progress at all): a wedge."""
+    data = serving_config(tmp_path, f"http:health:{mode}@250")
+    data["probe"]["interval_s"] = 3600
+    d = start(daemons, tmp_path, data)
     d.notified("READY=1")
     assert d.event("engine.wedged")["profile"] == "tuned"
     d.notified("READY=1", count=2)
+
+
+def test_health_hanging_while_probes_complete_is_not_a_wedge(daemons: list[Daemon], tmp_path: Path) -> None:
+    """Generations complete (each probe is decode progress) while /health hangs: serving, no restart."""
+    d = start(daemons, tmp_path, serving_config(tmp_path, "http:health:hang@250"))
+    d.notified("READY=1")
+    for _ in range(4):  # twice the health_failures limit
+        d.event("health.busy", after=len(d.events))
+    assert not d.named("engine.wedged") and len(d.engine_pids()) == 1
 
 
 def _load(base: str, stop: threading.Event) -> None:

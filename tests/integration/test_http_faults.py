@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sglang_supervisor.commands import doctor
 from sglang_supervisor.enginehttp import EngineAnswerError, Problem, fetch_json
 from sglang_supervisor.probe import check_health, probe_once, read_engine_metrics, read_get_load
 from sglang_supervisor.process import group_members
@@ -96,12 +97,23 @@ EXPECTED = {
 }
 
 
+def doctor_live(base: str) -> str:
+    """`doctor --url`: the problem it reports for /server_info (its first read)."""
+    report = doctor.Report()
+    doctor.live_report(base, report, None)
+    assert report.live is not None and "error" in report.live, report.live
+    return str(report.live["error"]).removeprefix("/server_info: ").split(":")[0]
+
+
 @pytest.mark.parametrize("mode", sorted(EXPECTED))
-def test_every_endpoint_misbehaving_gives_a_typed_refusal(tmp_path: Path, mode: str) -> None:
+def test_every_endpoint_misbehaving_gives_a_typed_refusal(tmp_path: Path, mode: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "HTTP_TIMEOUT_S", 3.0)
     faults = ",".join(f"http:{e}:{mode}" for e in ENDPOINTS)
     with sim(tmp_path, faults) as base:
         got = asyncio.run(asyncio.wait_for(read_all(base), 60))
-    assert got == EXPECTED[mode]
+        got["doctor"] = doctor_live(base)
+    assert got == EXPECTED[mode] | {"doctor": EXPECTED[mode]["server_info"]}
 
 
 def test_slow_answers_end_at_the_deadline(tmp_path: Path) -> None:

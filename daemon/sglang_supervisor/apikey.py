@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from sglang_supervisor.config import ConfigError, ConfigProblem, EngineSettings
+from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
 
 CREDENTIALS_ENV = "CREDENTIALS_DIRECTORY"
 
@@ -45,6 +46,9 @@ def _key_from(path: str, key_path: str, source: str) -> str:
                            "keep only the key, on one line, in the file")],
             source,
         )
+    problem = api_key_problem(key)
+    if problem is not None:
+        raise ConfigError([ConfigProblem(key_path, f"{path}: {problem}", KEY_FIX)], source)
     return key
 
 

@@ -32,6 +32,7 @@ from sglang_supervisor.events import (
     EngineFailed,
     TracebackLine,
 )
+from sglang_supervisor.secretforms import expand
 
 READ_SIZE = 64 * 1024
 REDACTED = b"***"
@@ -77,7 +78,7 @@ class StreamRedactor:
 
     def __init__(self, secrets: Iterable[str]) -> None:
         self._secrets = sorted(
-            {s.encode() for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
+            {s.encode() for s in expand(secrets) if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
         self._held = b""
 
     def feed(self, data: bytes) -> bytes:

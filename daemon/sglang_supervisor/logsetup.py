@@ -37,6 +37,7 @@ import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 from sglang_supervisor.batchqueue import BatchQueue
+from sglang_supervisor.secretforms import expand
 
 LogFormat = Literal["auto", "journald", "json", "console"]
 ResolvedFormat = Literal["journald", "json", "console"]
@@ -472,7 +473,7 @@ def set_redactions(secrets: Iterable[str]) -> None:
         configure_logging()
     assert _state.sink is not None
     _state.sink.redactions = tuple(
-        sorted({s for s in secrets if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
+        sorted({s for s in expand(secrets) if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
     )
     _state.heads = {}
 

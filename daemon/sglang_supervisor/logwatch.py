@@ -38,6 +38,7 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
+from sglang_supervisor.secretforms import expand
 
 MAX_LINE_BYTES = 64 * 1024
 TRUNCATED_MARK = " [...line cut by sglang-supervisor]"
@@ -149,6 +150,9 @@ class _Block:
     draft_frames: bool = False
     prefill_frames: bool = False
     oom: bool = False
+    # Printed right after a failed request's record (logger.exception): the request failed,
+    # the engine did not; its lines are kept, but it never becomes an EngineFailed.
+    request: bool = False
     best: tuple[FailureClass, int, str] | None = None
     last_exception: tuple[int, str] | None = None
 
@@ -164,7 +168,7 @@ class LogParser:
 
     def __init__(self, version: str | None = None, secrets: Iterable[str] = ()) -> None:
         self.version = version
-        self._secrets = tuple(s for s in secrets if s)
+        self._secrets = expand(secrets)  # every escaped spelling too
         self._line_no = 0
         self._block: _Block | None = None
         self._capturing: dict[str | None, _Capturing] = {}
@@ -172,6 +176,8 @@ class LogParser:
         self._ready = False
         self._draining = False
         self._prev_unmatched: tuple[int, str | None, str] | None = None
+        self._echo_left = 0  # lines still read as the rest of an unclosed request echo
+        self._request_error_at = -1  # line of the last failed-request record
 
     @property
     def line_no(self) -> int:
@@ -181,6 +187,8 @@ class LogParser:
         """Parse one line (without its line end). Never raises."""
         self._line_no += 1
         try:
+            if self._echo_left:
+                return self._echo_continuation(text)
             # Fast path for the bulk of a serving engine's output (a timestamped access log or
             # batch stats line outside a traceback): the same result as `_parse`, fewer steps.
             if self._block is None and "\x1b" not in text:
@@ -203,10 +211,10 @@ class LogParser:
         if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
             self._prev_unmatched = (line_no, rank, msg)
             return []
-        if P.DECODE_KEY in msg:
+        if msg.startswith(P.DECODE_KEY):
             self._prev_unmatched = None
             return [_decode_stats(msg, rank, line_no)]
-        if P.PREFILL_KEY in msg:
+        if msg.startswith(P.PREFILL_KEY):
             self._prev_unmatched = None
             return [_prefill_stats(msg, rank, line_no)]
         return self._message(msg, rank, line_no, headed=True)
@@ -246,6 +254,8 @@ class LogParser:
         stripped = text.strip()
         if not stripped:
             return []
+        if _is_echo(stripped):  # an echo printed without a header is an echo all the same
+            return self._echo(stripped)
         if self._block is not None:
             return self._in_block(text, stripped, line_no)
         if _is_progress(stripped):
@@ -264,6 +274,12 @@ class LogParser:
         return events
 
     def _message(self, msg: str, rank: str | None, line_no: int, *, headed: bool) -> list[EngineEvent]:
+        if _is_echo(msg):
+            return self._echo(msg)
+        if msg.startswith(P.REQUEST_ERROR_PREFIXES):
+            self._prev_unmatched = None
+            self._request_error_at = line_no
+            return []
         events = self._recognise(msg, rank, line_no)
         if headed:
             self._prev_unmatched = None if events else (line_no, rank, msg)
@@ -273,34 +289,35 @@ class LogParser:
         # Most frequent lines first; each branch is guarded by a substring test.
         if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
             return []
-        if P.DECODE_KEY in msg:
+        if msg.startswith(P.DECODE_KEY):
             return [_decode_stats(msg, rank, line_no)]
-        if P.PREFILL_KEY in msg:
+        if msg.startswith(P.PREFILL_KEY):
             return [_prefill_stats(msg, rank, line_no)]
         if P.CAPTURE_KEY in msg:
             ev = self._capture(msg, rank, line_no)
             if ev is not None:
                 return [ev]
-        if P.SCHEDULER_EXCEPTION in msg or msg.startswith(P.TRACEBACK_START):
+        if msg.startswith((P.SCHEDULER_EXCEPTION, P.TRACEBACK_START)):
             if self._block is not None and msg.startswith(P.TRACEBACK_START):
                 return [TracebackLine(line_no, rank, self._redact(msg))]  # a chained traceback
             closed = self._close_block()
-            self._block = _Block(line_no, rank, scheduler=P.SCHEDULER_EXCEPTION in msg)
+            self._block = _Block(line_no, rank, scheduler=msg.startswith(P.SCHEDULER_EXCEPTION),
+                                 request=self._request_error_at == line_no - 1)
             self._scan_block_line(msg, line_no)
             return [*closed, TracebackLine(line_no, rank, self._redact(msg))]
         if P.EXCEPTION_LINE.match(msg):
             if self._block is None:
-                self._block = _Block(line_no, rank, scheduler=False)
+                self._block = _Block(line_no, rank, scheduler=False,
+                                     request=self._request_error_at == line_no - 1)
             self._scan_block_line(msg, line_no)
             return [TracebackLine(line_no, rank, self._redact(msg))]
-        for key in P.CRASH_KEYS:
-            if key in msg:
-                return self._crash(msg, rank, line_no)
+        if msg.startswith(P.CRASH_PREFIXES) or P.CHILD_CRASHED.match(msg):
+            return self._crash(msg, rank, line_no)
         for key in P.DRAIN_KEYS:
             if key in msg:
                 self._draining = True
                 return [Draining(line_no, rank)]
-        if P.SERVER_ARGS_KEY in msg:
+        if msg.startswith(P.SERVER_ARGS_KEY):
             return [ServerArgsSeen(line_no, rank, parse_server_args(msg, self._secrets))]
         if P.WEIGHTS_BEGIN_KEY in msg:
             m = P.WEIGHTS_BEGIN.search(msg)
@@ -317,7 +334,7 @@ class LogParser:
             if m is not None:
                 reason = m.group("reason") or m.group("incompat") or ""
                 return [PrefillGraphDisabled(line_no, rank, reason)]
-        if P.SCHED_READY_KEY in msg:
+        if msg.startswith(P.SCHED_READY_KEY):
             m = P.SCHED_READY.search(msg)
             if m is not None:
                 return [SchedulerReady(line_no, rank, int(m.group("total")), int(m.group("running")),
@@ -327,7 +344,7 @@ class LogParser:
             if m is not None:
                 self._http_up = True
                 return [HttpUp(line_no, rank, m.group("host").strip("[]"), int(m.group("port")))]
-        if P.READY_LINE in msg:
+        if msg.startswith(P.READY_LINE):
             self._ready = True
             return [ServerReady(line_no, rank)]
         if P.DEPRECATED_KEY in msg:
@@ -350,7 +367,7 @@ class LogParser:
         return []
 
     def _capture(self, msg: str, rank: str | None, line_no: int) -> EngineEvent | None:
-        m = P.CAPTURE.search(msg)
+        m = P.CAPTURE.match(msg)
         owner: GraphOwner
         phase: GraphPhase
         backend: str | None = None
@@ -359,7 +376,7 @@ class LogParser:
             phase = _phase(m.group("phase"))
             backend = m.group("backend")
         else:
-            m = P.LEGACY_CAPTURE.search(msg)
+            m = P.LEGACY_CAPTURE.match(msg)
             if m is None:
                 return None
             legacy_owner, legacy_phase = P.LEGACY_KINDS[m.group("what")]
@@ -377,6 +394,20 @@ class LogParser:
         if m is not None and self._ready and not self._draining:
             events.append(EngineFailed(line_no, rank, FailureClass.CHILD_CRASHED, msg.strip()))
         return events
+
+    def _echo(self, msg: str) -> list[EngineEvent]:
+        """A request echo: user text from its first character on (see patterns.ECHO_PREFIXES)."""
+        self._prev_unmatched = None
+        self._echo_left = 0 if _echo_closed(msg) else P.ECHO_CONTINUATION_LINES
+        return []
+
+    def _echo_continuation(self, text: str) -> list[EngineEvent]:
+        """A line of an echo that did not end on its own line: user text, never an event."""
+        self._echo_left -= 1
+        if _echo_closed(text):
+            self._echo_left = 0
+        self._prev_unmatched = None
+        return []
 
     # -- traceback blocks --------------------------------------------------------------------
     def _in_block(self, text: str, stripped: str, line_no: int) -> list[EngineEvent]:
@@ -418,6 +449,8 @@ class LogParser:
         if block is None:
             return []
         self._block = None
+        if block.request:
+            return []
         if block.best is not None:
             cls, line_no, message = block.best
         elif block.last_exception is not None:
@@ -469,6 +502,21 @@ _bracket_header = P.BRACKET_HEADER.match
 _signature_gate = re.compile("|".join(map(re.escape, P.SIGNATURE_GATE))).search
 _secret_key = re.compile("|".join(map(re.escape, P.SECRET_ARG_KEYS))).search
 _header = P.HEADER.match
+
+
+def _is_echo(msg: str) -> bool:
+    """Is this message (after the header) a request echo of --log-requests?"""
+    if not msg.startswith(P.ECHO_PREFIXES):
+        return False
+    if msg[0] == "{":
+        return P.JSON_ECHO_EVENT in msg[:120]
+    if msg[0] == "i":
+        return P.LEGACY_ECHO.match(msg) is not None
+    return True
+
+
+def _echo_closed(text: str) -> bool:
+    return text.rstrip().endswith((*P.ECHO_CLOSERS, TRUNCATED_MARK))
 
 
 def _is_progress(text: str) -> bool:

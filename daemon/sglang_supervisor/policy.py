@@ -346,12 +346,15 @@ def classify_failure(
     returncode: int | None,
     failures: Iterable[EngineFailed],
     verdict: FailureClass | None = None,
+    *,
+    after_ready: bool = False,
 ) -> FailureClass:
     """Why a start or a run failed.
 
     The engine's own signature is the best witness (the first specific one: later lines are
     fallout); then the supervisor's verdict (hang, wedged); then a generic signature; then the
-    exit code (argparse's 2); else OTHER.
+    exit code (argparse's 2, only before READY: a serving engine parses no command line); else
+    OTHER.
     """
     seen = list(failures)
     specific = [f.failure for f in seen if f.failure not in GENERIC_FAILURES]
@@ -361,9 +364,37 @@ def classify_failure(
         return verdict
     if seen:
         return seen[0].failure
-    if returncode == ARGPARSE_EXIT:
+    if returncode == ARGPARSE_EXIT and not after_ready:
         return FailureClass.UNKNOWN_FLAG
     return FailureClass.OTHER
+
+
+def corroborated(
+    failures: Iterable[EngineFailed],
+    *,
+    returncode: int | None,
+    after_ready: bool,
+    launching: bool,
+) -> tuple[list[EngineFailed], list[EngineFailed]]:
+    """(failure lines the engine's lifecycle confirms, those it does not).
+
+    A log line can be text a user sent (an echoed prompt the parser did not recognise as one):
+    the classes that end the service (exit 78, exit 75) count only when what the engine did fits
+    them. A rejected command line ends the engine during start-up, with argparse's exit status 2
+    or before any weight was loaded; a port it cannot bind ends it before READY. After READY
+    neither can be the cause of anything.
+    """
+    kept: list[EngineFailed] = []
+    dropped: list[EngineFailed] = []
+    for f in failures:
+        if f.failure in CONFIG_FAILURES:
+            ok = not after_ready and (returncode == ARGPARSE_EXIT or launching)
+        elif f.failure is FailureClass.PORT_IN_USE:
+            ok = not after_ready
+        else:
+            ok = True
+        (kept if ok else dropped).append(f)
+    return kept, dropped
 
 
 def ladder_order(settings: Settings) -> tuple[str, ...]:
@@ -458,6 +489,7 @@ class Lifecycle:
         self._expected: set[CaptureKey] = set()
         self._ended: set[CaptureKey] = set()
         self._failures: list[EngineFailed] = []
+        self._failure_times: list[float] = []  # when each of _failures arrived
         self._ready_line = False
         self._probing = False
         self._reached_ready = False  # this attempt reached READY
@@ -567,6 +599,7 @@ class Lifecycle:
         self._expected = set()
         self._ended = set()
         self._failures = []
+        self._failure_times = []
         self._ready_line = False
         self._probing = False
         self._reached_ready = False
@@ -643,6 +676,7 @@ class Lifecycle:
             self._failures.append(EngineFailed(
                 line_no=0, rank=None, failure=FailureClass.CAPTURE_FAILED,
                 message=f"ready line without these CUDA graph captures: {names}"))
+            self._failure_times.append(now)
             return [Log("engine.capture_missing", "error", {"profile": self.profile,
                                                             "missing": names}),
                     *self._stop("capture_missing")]
@@ -663,10 +697,15 @@ class Lifecycle:
                 ev.line_no, ev.rank, FailureClass.CHILD_CRASHED, ev.message)
             first = not self._failures
             self._failures.append(failed)
-            acts.append(Log("engine.failure_line", "error", {
+            self._failure_times.append(now)
+            serving = self.phase in UP_PHASES
+            acts.append(Log("engine.failure_line", "warning" if serving else "error", {
                 "profile": self.profile, "failure_class": failed.failure.value,
-                "rank": ev.rank, "line": ev.line_no, "message": failed.message}))
-            if first and self._engine_alive and self._stop_reason is None:
+                "rank": ev.rank, "line": ev.line_no, "message": failed.message,
+                "while_serving": serving}))
+            # One line never stops a serving engine: it may be text a user sent. What the engine
+            # does next decides (it exits, or stops answering health checks and probes).
+            if first and self._engine_alive and self._stop_reason is None and not serving:
                 acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
             return acts
         if isinstance(ev, DecodeStats):
@@ -786,10 +825,22 @@ class Lifecycle:
             "probe_failed": FailureClass.WARMUP_FAILED,
             "capture_missing": FailureClass.CAPTURE_FAILED,
         }.get(reason or "")
-        failure = classify_failure(inp.returncode, self._failures, verdict)
-        message = self._failures[0].message if self._failures else (
-            f"engine exited with returncode {inp.returncode}" if reason is None
-            else f"stopped by the supervisor: {reason}")
+        failures, dropped = corroborated(
+            self._failures, returncode=inp.returncode, after_ready=self._reached_ready,
+            launching=self.phase == Phase.LAUNCHING)
+        for f in dropped:
+            acts.append(Log("engine.failure_line_uncorroborated", "warning", {
+                "profile": self.profile, "failure_class": f.failure.value, "line": f.line_no,
+                "returncode": inp.returncode, "after_ready": self._reached_ready,
+                "hint": "the engine did not fail the way this line says; not acted on"}))
+        failure = classify_failure(inp.returncode, failures, verdict, after_ready=self._reached_ready)
+        witness = next((f for f in failures if f.failure is failure), failures[0] if failures else None)
+        if witness is not None:
+            message = witness.message
+        elif reason is None:
+            message = f"engine exited with returncode {inp.returncode}"
+        else:
+            message = f"stopped by the supervisor: {reason}"
         return acts + self._fail_over(failure, message, now, after_ready=self._reached_ready)
 
     def _on_TimerFired(self, inp: TimerFired, now: float) -> list[Action]:
@@ -803,7 +854,7 @@ class Lifecycle:
             return [Log("engine.start_timeout", "error", {"profile": self.profile,
                                                           "start_s": self.settings.start_s}),
                     *self._stop("start_timeout")]
-        if inp.name == FAILURE_GRACE_TIMER:
+        if inp.name == FAILURE_GRACE_TIMER and self.phase not in UP_PHASES:
             return self._stop("failed")
         return []
 
@@ -868,6 +919,23 @@ class Lifecycle:
     def _on_HealthOk(self, inp: HealthOk, now: float) -> list[Action]:
         return self._judge(Check.HEALTH_OK, "", now)
 
+    def _refute_failures(self, now: float) -> list[Action]:
+        """The engine answered more than `failure_grace_s` after a failure line: that line did
+        not bring it down, so it explains nothing that happens later. Within the grace the
+        answer may predate the failure (an engine takes a few seconds to die)."""
+        if self.phase not in UP_PHASES or not self._failures:
+            return []
+        limit = now - self.settings.failure_grace_s
+        timed = list(zip(self._failures, self._failure_times, strict=True))
+        gone = [f for f, t in timed if t <= limit]
+        if not gone:
+            return []
+        self._failures = [f for f, t in timed if t > limit]
+        self._failure_times = [t for t in self._failure_times if t > limit]
+        return [Log("engine.failure_line_refuted", "info", {
+            "profile": self.profile, "failure_classes": sorted({f.failure.value for f in gone}),
+            "lines": [f.line_no for f in gone], "reason": "the engine kept serving"})]
+
     def _on_HealthFailed(self, inp: HealthFailed, now: float) -> list[Action]:
         return self._judge(Check.HEALTH_FAILED, inp.reason, now)
 
@@ -880,14 +948,15 @@ class Lifecycle:
         serving."""
         progress, self._progress = self._progress, False
         if check in (Check.HEALTH_OK, Check.PROBE_OK):
+            refuted = self._refute_failures(now)
             verdict, self._wedge = judge(self._wedge, check, progress=progress,
                                          limit=self.settings.health_failures)
             self._health_misses = self._wedge.misses
             # Hung probes still counted: the engine answers /health but has not served yet.
             if self.phase == Phase.DEGRADED and self._stop_reason is None and not self._wedge.hung_probes:
-                return [Log("health.recovered", "info", {"profile": self.profile}),
+                return [*refuted, Log("health.recovered", "info", {"profile": self.profile}),
                         *self._set_phase(Phase.SERVING, now)]
-            return []
+            return refuted
         if self.phase not in UP_PHASES or self._stop_reason is not None:
             return []
         verdict, self._wedge = judge(self._wedge, check, progress=progress,

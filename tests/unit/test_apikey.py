@@ -23,8 +23,8 @@ def test_no_key_configured() -> None:
 
 def test_key_from_file_is_stripped(tmp_path: Path) -> None:
     key = tmp_path / "key"
-    key.write_text("  sk-123 \n")
-    assert read_api_key(engine(api_key_file=str(key))) == "sk-123"
+    key.write_text("  sk-1234567890abcdef \n")
+    assert read_api_key(engine(api_key_file=str(key))) == "sk-1234567890abcdef"
 
 
 @pytest.mark.parametrize(("content", "words"), [("", "empty"), ("a\nb\n", "several lines")])
@@ -44,9 +44,9 @@ def test_missing_key_file(tmp_path: Path) -> None:
 
 
 def test_key_from_systemd_credential(tmp_path: Path) -> None:
-    (tmp_path / "sglang-api-key").write_text("sk-cred\n")
+    (tmp_path / "sglang-api-key").write_text("sk-cred-0123456789abc\n")
     cfg = engine(api_key_credential="sglang-api-key")
-    assert read_api_key(cfg, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) == "sk-cred"
+    assert read_api_key(cfg, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) == "sk-cred-0123456789abc"
     with pytest.raises(ConfigError) as info:
         read_api_key(cfg, {})
     assert info.value.problems[0].path == "engine.api_key_credential"

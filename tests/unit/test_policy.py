@@ -652,3 +652,98 @@ def test_no_status_says_ready_before_ready_is_sent() -> None:
     ready_at = next(i for i, a in enumerate(acts) if isinstance(a, NotifyReady))
     before = [a.text for a in acts[:ready_at] if isinstance(a, NotifyStatus)]
     assert not any(t.startswith(("ready", "serving")) for t in before), before
+
+
+# ------------------------------------------------------------------ corroboration (issue 12)
+# A log line can be text a user sent. Decisions that end the service or blame a profile need
+# the engine's lifecycle to agree: it failed to start, exited, or stopped answering.
+
+@pytest.mark.parametrize("cls", [FailureClass.UNKNOWN_FLAG, FailureClass.PORT_IN_USE,
+                                 FailureClass.CUDA_ERROR, FailureClass.CAPTURE_FAILED])
+def test_a_failure_line_while_serving_stops_nothing(cls: FailureClass) -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    acts = d.feed(fail(cls, "echoed by a prompt"))
+    assert not of(acts, SetTimer) and not of(acts, StopEngine)
+    assert [a.fields["while_serving"] for a in acts if isinstance(a, Log)
+            and a.event == "engine.failure_line"] == [True]
+    acts = d.feed(TimerFired(FAILURE_GRACE_TIMER), HealthOk(), ProbeOk(50.0), dt=60.0)
+    assert not of(acts, StopEngine) and not of(acts, Exit) and not of(acts, MarkBad)
+    assert d.lc.phase == Phase.SERVING
+
+
+def test_unknown_flag_line_while_serving_then_a_crash_is_no_exit_78() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    d.feed(fail(FailureClass.UNKNOWN_FLAG, "error: unrecognized arguments: --user"))
+    acts = d.exit_engine(-9)  # the engine dies right after, for whatever reason
+    assert not of(acts, Exit)
+    assert "engine.failure_line_uncorroborated" in events(acts)
+    assert of(acts, Launch)[0].profile == "primary"  # the usual retry after a crash
+
+
+def test_port_in_use_line_after_ready_is_no_exit_75() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    d.feed(fail(FailureClass.PORT_IN_USE, "OSError: [Errno 98] Address already in use"))
+    assert not of(d.exit_engine(1), Exit)
+
+
+def test_rc2_after_ready_is_not_an_unknown_flag() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    acts = d.exit_engine(2)
+    assert not of(acts, Exit) and of(acts, Launch)
+
+
+def test_unknown_flag_line_during_start_needs_rc2_or_no_progress() -> None:
+    # The line, then the engine loads weights and dies of something else: no exit 78.
+    d = Driver()
+    d.start()
+    d.feed(fail(FailureClass.UNKNOWN_FLAG, "error: unrecognized arguments: --x"))
+    d.feed(WeightsLoadBegan(3, "TP0", 10.0))
+    acts = d.exit_engine(1)
+    assert not of(acts, Exit) and MarkBad("primary", FailureClass.OTHER) in acts
+    # Before any weight was loaded the line is the cause, whatever the exit status.
+    d = Driver()
+    d.start()
+    d.feed(fail(FailureClass.UNKNOWN_FLAG, "tc_piecewise was removed"))
+    assert of(d.exit_engine(1), Exit)[0].code == ExitCode.CONFIG
+
+
+def test_a_failure_line_the_engine_survived_blames_nothing_later() -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    d.feed(fail(FailureClass.CUDA_ERROR, "CUDA error: echoed"))
+    acts = d.feed(HealthOk(), dt=30.0)  # answered 30 s after the line (> failure_grace_s)
+    assert "engine.failure_line_refuted" in events(acts)
+    d.exit_engine(-9)
+    d.relaunched(d.log)
+    d.to_ready()
+    acts = d.exit_engine(-9)
+    assert MarkBad("primary", FailureClass.OTHER) in acts  # not CUDA_ERROR
+
+
+def test_a_failure_line_right_before_the_exit_is_the_witness() -> None:
+    d = Driver(same_profile_retries=0)
+    d.start()
+    d.to_ready()
+    d.feed(fail(FailureClass.CUDA_ERROR, "RuntimeError: CUDA error: an illegal memory access"))
+    acts = d.feed(HealthOk(), dt=2.0)  # in flight before the line: within the grace, no refutal
+    assert "engine.failure_line_refuted" not in events(acts)
+    assert MarkBad("primary", FailureClass.CUDA_ERROR) in d.exit_engine(-9)
+
+
+def test_a_failure_line_then_a_wedge_names_the_failure() -> None:
+    d = Driver(same_profile_retries=0)
+    d.start()
+    d.to_ready()
+    d.feed(fail(FailureClass.NCCL_TIMEOUT, "Watchdog caught collective operation timeout"))
+    acts = d.feed(HealthFailed("timeout"), HealthFailed("timeout"), HealthFailed("timeout"), dt=5.0)
+    assert of(acts, StopEngine) == [StopEngine("wedged")]
+    assert MarkBad("primary", FailureClass.NCCL_TIMEOUT) in d.exit_engine(-9, we_stopped=True)

@@ -171,16 +171,16 @@ def test_flag_without_equivalent_is_an_error_with_its_key_path() -> None:
 
 def test_api_key_goes_into_the_secret_config_never_argv_or_env(tmp_path: Path) -> None:
     key = tmp_path / "key"
-    key.write_text("sk-very-secret\n")
+    key.write_text("sk-very-secret-key-42\n")
     key.chmod(0o600)
     config = parse_config(BASE.replace("  model_path:", f"  api_key_file: {key}\n  model_path:"), "t")
     rc = render(config, "first", "0.5.23", secret_config_path="/run/sglang/x.yaml")
     assert rc.argv[-2:] == ["--config", "/run/sglang/x.yaml"]
-    assert rc.secret_config == {"api-key": "sk-very-secret"}
-    assert "sk-very-secret" not in " ".join(rc.argv)
-    assert "sk-very-secret" not in " ".join(rc.env.values())
-    assert "sk-very-secret" not in shell_format(rc)
-    assert "sk-very-secret" not in str(rc.to_json())
+    assert rc.secret_config == {"api-key": "sk-very-secret-key-42"}
+    assert "sk-very-secret-key-42" not in " ".join(rc.argv)
+    assert "sk-very-secret-key-42" not in " ".join(rc.env.values())
+    assert "sk-very-secret-key-42" not in shell_format(rc)
+    assert "sk-very-secret-key-42" not in str(rc.to_json())
     shown = render(config, "first", "0.5.23", api_key=REDACTED)
     assert shown.secret_config == {"api-key": REDACTED}
     assert command_hash(shown) == command_hash(render(config, "first", "0.5.23"))

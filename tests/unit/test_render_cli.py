@@ -112,7 +112,7 @@ def test_render_unknown_profile_lists_the_names(capsys: Capture) -> None:
 
 def test_render_redacts_and_never_reads_the_key(tmp_path: Path, capsys: Capture) -> None:
     key = tmp_path / "key"
-    key.write_text("sk-top-secret\n")
+    key.write_text("sk-top-secret-0042\n")
     key.chmod(0o600)
     cfg = tmp_path / "c.yaml"
     text = Path(DEMO).read_text().replace("  host: 127.0.0.1", f"  host: 127.0.0.1\n  api_key_file: {key}")
@@ -120,7 +120,7 @@ def test_render_redacts_and_never_reads_the_key(tmp_path: Path, capsys: Capture)
     for fmt in ("shell", "json"):
         code, out, err = run(capsys, "render", "-c", str(cfg), "-p", "tuned", "--format", fmt)
         assert code == 0, err
-        assert "sk-top-secret" not in out + err
+        assert "sk-top-secret-0042" not in out + err
         assert "/run/demo/demo-engine-secrets.yaml" in out
     code, out, err = run(capsys, "check", "-c", str(cfg), "--json")
-    assert code == 0 and "sk-top-secret" not in out + err
+    assert code == 0 and "sk-top-secret-0042" not in out + err

@@ -157,3 +157,11 @@ def test_help_documents_simulator_flags_and_faults(capsys: pytest.CaptureFixture
         "SGLANG_SIM_TIME_SCALE",
     ):
         assert text in out
+
+
+def test_log_requests_flags_reach_the_config() -> None:
+    argv = [*BASE, "--log-requests", "--log-requests-level", "3", "--log-requests-format", "json"]
+    cfg = load_config(argv, {})
+    assert (cfg.log_requests, cfg.log_requests_level, cfg.log_requests_format) == (True, 3, "json")
+    plain = load_config(list(BASE), {})
+    assert (plain.log_requests, plain.log_requests_level, plain.log_requests_format) == (False, 2, "text")

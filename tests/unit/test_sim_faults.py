@@ -43,6 +43,7 @@ from sglang_supervisor.simulator.faults import (
         ("ignore-sigterm", Fault("ignore-sigterm")),
         ("slow-drain:12", Fault("slow-drain", seconds=12.0)),
         ("warmup-fail", Fault("warmup-fail")),
+        ("echo-hostile@1", Fault("echo-hostile", at_s=1.0)),
     ],
 )
 def test_every_named_fault_parses(spec: str, expected: Fault) -> None:

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from sglang_supervisor.apikey import read_api_key
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.profiles import (
@@ -55,6 +56,12 @@ def main(args: argparse.Namespace) -> int:
             rc = render(config, profile, version, api_key=REDACTED)
             rendered.append(rc)
             problems += config_problems(config, rc, version)
+        if not problems and config.engine.api_key_file is not None:
+            # The key's own content (e.g. too short to redact): `run` reads it the same way.
+            try:
+                read_api_key(config.engine)
+            except ConfigError as exc:
+                problems += exc.problems
         if problems:
             raise ConfigError(problems, args.config)
     except ConfigError as exc:

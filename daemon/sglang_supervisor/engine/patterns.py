@@ -82,6 +82,32 @@ ACCESS_LOG_PREFIX = "INFO:"
 ACCESS_LOG_KEY = " HTTP/1."
 READY_LINE = "The server is fired up and ready to roll!"
 
+# -- request echoes (--log-requests) -----------------------------------------------------------
+# Records that carry a user's text: `Receive: obj=GenerateReqInput(rid=..., text='...', ...)`,
+# `Receive OpenAI: obj={...}`, `Finish: obj=..., out={...}` (0.4+; multimodal_gen too), 0.3.x's
+# `in=GenerateReqInput(...), out={...}` and `--log-requests-format json`'s
+# `{"timestamp": "...", "event": "request.received", ...}`. Only the start of a record says what
+# it is: everything after it may be a prompt or a generated text, so nothing in it is an event.
+ECHO_PREFIXES = ("Receive: obj=", "Receive OpenAI: obj=", "Finish: obj=", "in=", '{"timestamp": "')
+LEGACY_ECHO = re.compile(r"in=\w+\(")
+JSON_ECHO_EVENT = '", "event": "request.'
+# SGLang prints the strings inside an echo with repr() (JSON escapes in the json form), so a real
+# echo is one physical line ending with its closing bracket. One that does not end so was cut by
+# another process's write, or is a raw-string form of an old build: the lines after it belong to
+# it until one ends with a closing bracket (at most ECHO_CONTINUATION_LINES lines).
+ECHO_CLOSERS = (")", "}")
+ECHO_CONTINUATION_LINES = 1000
+# Records of a failed *request* (user input inside; the engine keeps serving): they and the
+# traceback printed right after them (logger.exception) are never engine failures.
+REQUEST_ERROR_PREFIXES = (
+    "[http_server] Error: ", "Error in request: ", "Exception in ASGI application",
+    "ERROR:    Exception in ASGI application",
+)
+
+# Where SGLang puts these records' key words: at the start of the message (after the header).
+# Matching them anywhere in a line would read them inside any text that merely quotes them.
+CRASH_PREFIXES = ("Received sigquit from a child process", "SIGQUIT received")
+
 # -- serving -------------------------------------------------------------------------------------
 DECODE_KEY = "Decode batch"
 PREFILL_KEY = "Prefill batch"

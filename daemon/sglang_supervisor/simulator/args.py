@@ -101,6 +101,10 @@ class SimConfig:
     model_class: str
     deprecated: tuple[tuple[str, str | None], ...] = ()
     profile: throughput.Profile = field(default_factory=lambda: throughput.Profile(1.0))
+    # --log-requests: echo every request into the log as SGLang does (simulator/reqlog.py)
+    log_requests: bool = False
+    log_requests_level: int = 2
+    log_requests_format: str = "text"
 
     @property
     def decode_graph(self) -> bool:
@@ -392,6 +396,9 @@ def resolve(
         model_class=_model_class(model_path),
         deprecated=deprecated,
         profile=profile,
+        log_requests=bool(get("log_requests")),
+        log_requests_level=int(get("log_requests_level") or 2),
+        log_requests_format=str(get("log_requests_format") or "text"),
     )
 
 

@@ -26,7 +26,16 @@ import uvicorn
 from sglang_supervisor.engine.sglang import parse_version
 from sglang_supervisor.simulator import args as simargs
 from sglang_supervisor.simulator import faults as faultmod
-from sglang_supervisor.simulator import misbehave, ranks, server, serving, startup, throughput, versions
+from sglang_supervisor.simulator import (
+    misbehave,
+    ranks,
+    reqlog,
+    server,
+    serving,
+    startup,
+    throughput,
+    versions,
+)
 
 _WARNING_ENTRY = (
     "{path}/sglang/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still supported, "
@@ -321,8 +330,8 @@ class Launcher:
         self.log.main("The server is fired up and ready to roll!")
         for f in self.faults:
             if (
-                f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "http",
-                           "health-slow-under-load")
+                f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback",
+                           "echo-hostile", "http", "health-slow-under-load")
                 and (f.kind != "hang" or f.stage == "serving")
                 and (f.kind != "crash" or f.stage is None)
             ):
@@ -342,6 +351,9 @@ class Launcher:
             engine.health_slow_s = (f.seconds or 60.0) * self.scale
         elif f.kind == "eager-fallback":
             engine.eager = True
+        elif f.kind == "echo-hostile":
+            level, fmt = self.cfg.log_requests_level, self.cfg.log_requests_format
+            self.log.raw("".join(reqlog.hostile_lines(level, fmt, time.time())))
         elif f.kind == "crash":
             with contextlib.suppress(ProcessLookupError):
                 self.rank_procs[f.rank].kill()

@@ -48,6 +48,9 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   health-fine-generate-hangs[@S]   alias of http:generate:hang: /health stays 200
   health-slow-under-load[:S]       while requests run, /health answers only after S s (default
                                    60) although decoding continues (SGLang issue #22511)
+  echo-hostile[@S]                 S s after ready, requests whose prompts and outputs quote
+                                   failure/crash/capture/ready lines are echoed like
+                                   --log-requests does (in its --log-requests-level/-format)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
   when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
@@ -90,11 +93,12 @@ _KINDS = (
     "ignore-sigterm",
     "slow-drain",
     "warmup-fail",
+    "echo-hostile",
     "http",
     "health-fine-generate-hangs",
     "health-slow-under-load",
 )
-_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "http",
+_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile", "http",
           "health-fine-generate-hangs"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sglang_supervisor.simulator import serving, throughput
+from sglang_supervisor.simulator import reqlog, serving, throughput
 from sglang_supervisor.simulator.args import SimConfig
 
 Scope = MutableMapping[str, Any]
@@ -195,6 +195,7 @@ class Api:
         self.health_timeout_s = health_timeout_s
         self.registry = registry
         self.started_at = time.time()
+        self._echoed: dict[str, reqlog.Obj] = {}  # rid -> request, for its Finish record
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -204,22 +205,50 @@ class Api:
             while True:
                 n = await req.updates.get()
                 if n < 0:
+                    self._echo_finish(req)
                     yield req.generated, True
                     return
                 if req.done:
                     while (await req.updates.get()) >= 0:
                         pass
+                    self._echo_finish(req)
                     yield req.generated, True
                     return
                 yield req.generated, False
         finally:
+            self._echoed.pop(req.rid, None)
             if req.finished_at is None:
                 self.engine.abort(req)
 
-    def _submit(self, text: str | None, ids: list[int] | None, max_new: int) -> serving.Request:
+    def _submit(self, text: str | None, ids: list[int] | None, max_new: int,
+                params: dict[str, Any] | None = None, stream: bool = False) -> serving.Request:
         prompt = self.engine.prompt_tokens_for(text, ids)
         key = text if text is not None else json.dumps(ids)
-        return self.engine.submit(prompt, max_new, key)
+        req = self.engine.submit(prompt, max_new, key)
+        if self.cfg.log_requests:
+            obj = reqlog.generate_req(req.rid, text, params or {"max_new_tokens": max_new}, stream=stream,
+                                      input_ids=ids)
+            self._echoed[req.rid] = obj
+            self._echo(reqlog.receive(obj, self.cfg.log_requests_level, self.cfg.log_requests_format,
+                                      time.time()))
+        return req
+
+    def _echo(self, record: str) -> None:
+        """--log-requests: SGLang's request logger writes its own `[time] record` lines."""
+        self.log.raw(reqlog.line(record, time.time()))
+
+    def _echo_finish(self, req: serving.Request) -> None:
+        obj = self._echoed.pop(req.rid, None)
+        if obj is not None:
+            out = {"text": text_for(req.generated), "output_ids": [0] * req.generated,
+                   "meta_info": _meta(self.cfg, req, True)}
+            self._echo(reqlog.finish(obj, out, self.cfg.log_requests_level, self.cfg.log_requests_format,
+                                     time.time()))
+
+    def _echo_openai(self, body: dict[str, Any]) -> None:
+        if self.cfg.log_requests:
+            self._echo(reqlog.receive_openai(body, self.cfg.log_requests_level,
+                                             self.cfg.log_requests_format, time.time()))
 
     async def generate(self, request: Request) -> Response:
         body = await _json(request)
@@ -229,11 +258,12 @@ class Api:
         max_new = int(params.get("max_new_tokens", 128))
         texts = body.get("text")
         ids = body.get("input_ids")
+        stream = bool(body.get("stream"))
         if isinstance(texts, list):
-            reqs = [self._submit(t, None, max_new) for t in texts]
+            reqs = [self._submit(t, None, max_new, params, stream) for t in texts]
             outs = [await self._collect(r) for r in reqs]
             return JSONResponse(outs)
-        req = self._submit(texts, ids, max_new)
+        req = self._submit(texts, ids, max_new, params, stream)
         if not body.get("stream"):
             return JSONResponse(await self._collect(req))
 
@@ -257,6 +287,7 @@ class Api:
 
     async def completions(self, request: Request) -> Response:
         body = await _json(request) or {}
+        self._echo_openai(body)
         prompt = body.get("prompt", "")
         req = self._submit(
             prompt if isinstance(prompt, str) else None,
@@ -267,6 +298,7 @@ class Api:
 
     async def chat_completions(self, request: Request) -> Response:
         body = await _json(request) or {}
+        self._echo_openai(body)
         messages = body.get("messages") or []
         text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 128)

@@ -963,9 +963,11 @@ class Lifecycle:
                                      limit=self.settings.health_failures)
         self._health_misses = self._wedge.misses
         if verdict is Verdict.BUSY:
-            return [Log("health.busy", "info", {
+            busy: list[Action] = [Log("health.busy", "info", {
                 "profile": self.profile, "reason": reason,
                 "why": "the engine made decode progress since the last check: busy, not wedged"})]
+            # Progress proves it serves: a degraded spell (earlier failures) is over.
+            return busy + (self._set_phase(Phase.SERVING, now) if self.phase == Phase.DEGRADED else [])
         acts: list[Action] = [Log("health.failed", "warning", {
             "profile": self.profile, "reason": reason, "misses": self._wedge.misses,
             "hung_probes": self._wedge.hung_probes, "limit": self.settings.health_failures})]

@@ -405,6 +405,8 @@ def test_busy_is_not_wedged(progress: str) -> None:
     d = Driver(health_failures=2)
     d.start()
     d.to_ready()
+    d.feed(HealthFailed("no answer within 5 s"))  # one failure without progress: degraded
+    assert d.lc.phase == Phase.DEGRADED
     for _ in range(10):
         d.feed(_decode_line() if progress == "log" else DecodeProgress())
         acts = d.feed(HealthFailed("no answer within 5 s"))

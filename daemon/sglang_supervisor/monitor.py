@@ -267,7 +267,7 @@ class ThroughputMonitor:
         else:
             self.consecutive_failures += 1
             log.warning("probe_failed", error=result.error, timed_out=result.timed_out,
-                        consecutive=self.consecutive_failures)
+                        problem=result.problem, consecutive=self.consecutive_failures)
         return result
 
     async def _periodic_probe(self, sample: bool = True) -> ProbeResult:

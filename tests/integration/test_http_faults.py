@@ -203,6 +203,7 @@ def test_huge_generate_body_keeps_the_supervisor_bounded(daemons: list[Daemon], 
           f"probes 1-5, {late} KiB over probes 6-20")
     errors = {f["error"] for f in d.named("probe_failed")}
     assert errors == {"a line of the stream is longer than 1048576 bytes"}, errors
+    assert {f["problem"] for f in d.named("probe_failed")} == {"too_large"}
     # Flat: nothing is kept per refused body (the allocator's working set settles within the
     # first probes); unbounded, one endless line would grow to gigabytes within a probe.
     assert late <= early + 48 * 1024, (early, late)
@@ -219,6 +220,8 @@ def test_garbage_answers_fail_probes_without_crash_or_restart(daemons: list[Daem
     d.notified("READY=1")
     for _ in range(3):
         d.event("probe_failed", after=len(d.events))
+    expected = {"garbage": "bad_json", "deep": "too_deep", "nonfinite": "non_finite"}[mode]
+    assert {f["problem"] for f in d.named("probe_failed")} == {expected}
     assert not d.named("engine.wedged") and len(d.engine_pids()) == 1
     assert d.proc.poll() is None
     no_internal_error(d)

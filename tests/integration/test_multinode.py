@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from supervised import Daemon, base_config, free_port, start
 
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.process import group_members
+from supervised import Daemon, base_config, free_port, start
 
 pytestmark = pytest.mark.integration
 

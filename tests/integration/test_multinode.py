@@ -81,9 +81,9 @@ def test_leader_ready_only_after_the_worker_nodes_captures(daemons, tmp_path) ->
 
 
 def test_worker_rank_crash_after_ready_restarts_the_group(daemons, tmp_path) -> None:
-    # TP1 (the worker node's rank) is SIGKILLed 2 simulated s after the node is up, in the first
-    # profile only: the group restarts it once, then falls back, and is READY again.
-    leader_cfg, worker_cfg = group_configs(tmp_path, "crash@100+rank=1")
+    # TP1 (the worker node's rank) is SIGKILLed 300 simulated s (6 s) after the node is up, after
+    # the leader's READY: the group's engines end at once and the group starts again, READY again.
+    leader_cfg, worker_cfg = group_configs(tmp_path, "crash@300+rank=1")
     leader = start(daemons, tmp_path / "leader", leader_cfg)
     worker = start(daemons, tmp_path / "worker", worker_cfg)
     leader.notified("READY=1")
@@ -91,6 +91,7 @@ def test_worker_rank_crash_after_ready_restarts_the_group(daemons, tmp_path) -> 
     stopped = leader.event("engine.stopped", reason="group_member_failed")
     assert stopped["seconds"] < 10  # the leader's engine ends now, not after NCCL's 600 s
     worker.event("group.engine_failed", generation=failed["generation"])
+    assert leader.event("engine.failed", attempt=failed["generation"])["after_ready"] is True
     leader.notified("READY=1", count=2)
     worker.event("group.engine_start", generation=failed["generation"] + 1)
     for d in (worker, leader):
@@ -139,7 +140,7 @@ def test_worker_supervisor_restarted_alone_rejoins_at_the_next_generation(daemon
 
 
 def test_external_restart_mode_exits_76_on_every_node(daemons, tmp_path) -> None:
-    leader_cfg, worker_cfg = group_configs(tmp_path, "crash@100+rank=1", restart="external")
+    leader_cfg, worker_cfg = group_configs(tmp_path, "crash@300+rank=1", restart="external")
     leader = start(daemons, tmp_path / "leader", leader_cfg)
     worker = start(daemons, tmp_path / "worker", worker_cfg)
     leader.notified("READY=1")

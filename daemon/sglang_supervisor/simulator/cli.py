@@ -408,6 +408,11 @@ class Launcher:
 
     async def _fault_at(self, f: faultmod.Fault) -> None:
         await asyncio.sleep(f.at_s * self.scale)
+        if f.kind == "crash" and self.engine is None:  # a node other than 0 has no API engine
+            if f.rank in self.rank_ids:
+                with contextlib.suppress(ProcessLookupError):
+                    self.rank_procs[self.rank_ids.index(f.rank)].kill()
+            return
         engine = self.engine
         assert engine is not None
         if f.kind == "hang":

@@ -99,7 +99,7 @@ def test_worker_rank_crash_after_ready_restarts_the_group(daemons, tmp_path) -> 
 
 
 def test_capture_failure_on_the_worker_falls_back_for_the_group(daemons, tmp_path) -> None:
-    leader_cfg, worker_cfg = group_configs(tmp_path, "capture-fail:decode:oom+rank=1")
+    leader_cfg, worker_cfg = group_configs(tmp_path, "capture-fail:verify:oom+rank=1")
     leader = start(daemons, tmp_path / "leader", leader_cfg)
     worker = start(daemons, tmp_path / "worker", worker_cfg)
     leader.event("group.member_failed", node_rank=1, failure_class="capture_oom")

@@ -150,3 +150,19 @@ def test_external_restart_mode_exits_76_on_every_node(daemons, tmp_path) -> None
         for pid in d.engine_pids() + [int(e["pid"]) for e in d.named("group.engine_start")]:
             assert group_members(pid) == []
     assert os.path.exists(tmp_path / "leader" / "engine.log")
+
+
+def test_gpu_e2e_is_ready_for_two_nodes_on_one_host(tmp_path) -> None:
+    """`scripts/gpu-e2e --nnodes 2` (the real run waits for a two-GPU machine) in simulator mode."""
+    import json
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_E2E_WORKDIR=str(tmp_path / "work"))
+    proc = subprocess.run([str(root / "scripts" / "gpu-e2e"), "--engine", "sim", "--tp", "2",
+                           "--nnodes", "2", "--dist-init-addr", "127.0.0.1", "--budget-s", "280"],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    s7 = report["scenarios"]["s7_multinode"]
+    assert proc.returncode == 0 and s7["status"] == "pass", proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert s7["numbers"]["worker_rank_kill_to_leader_engine_stopped_s"] < 10

@@ -15,7 +15,8 @@ import yaml
 from sglang_supervisor.config import Config
 from sglang_supervisor.group import NODE_RANK_ENV, with_node_rank
 
-MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "multinode" / "leaderworkerset.yaml"
+MANIFEST = (Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "multinode"
+            / "leaderworkerset.yaml")
 
 
 def docs() -> dict[str, dict[str, Any]]:

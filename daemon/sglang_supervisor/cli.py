@@ -49,11 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("run", help="the daemon (what systemd starts)", epilog=EXIT_CODES_HELP,
+    p = sub.add_parser("run", help="the daemon (what systemd starts, or a container's PID 1)",
+                       epilog=EXIT_CODES_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config(p)
     p.add_argument("--log-format", choices=["journald", "json", "console"], default=None,
-                   help="supervisor log format (default: journald under systemd, console on a terminal)")
+                   help="supervisor log format (default: journald under systemd, console on a terminal, "
+                        "JSON lines otherwise, e.g. in a container)")
     p.add_argument("--retry-known-bad", action="store_true",
                    help="ignore remembered known-bad profiles for this start")
 

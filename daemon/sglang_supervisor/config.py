@@ -331,6 +331,35 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port_s)
 
 
+class GatewaySettings(_Strict):
+    """The SGLang Model Gateway this replica registers with (docs/OPERATIONS.md, "Fleets").
+    Without `url` the section is off: nothing is registered and no stop waits for a drain."""
+
+    url: str | None = None  # the gateway's base URL, e.g. http://10.0.0.5:30080
+    # The engine URL the gateway should call; default http://engine.host:engine.port (a wildcard
+    # host is not routable from another machine: set this then).
+    advertise_url: str | None = None
+    # File holding the gateway's admin API key (sent as a bearer token); never in the config itself.
+    api_key_file: str | None = None
+    timeout_s: Annotated[float, Field(gt=0)] = 5.0  # one gateway call, answer read in full
+    # Before a planned stop: deregister, then wait up to drain_s for the engine's in-flight
+    # requests to reach zero; only then SIGTERM (and timeouts.drain_s) begins.
+    drain_s: Annotated[float, Field(ge=0)] = 30.0
+    retry_max_s: Annotated[float, Field(gt=0)] = 30.0  # longest pause between registration retries
+
+    @field_validator("url", "advertise_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", v):
+            raise FixableValueError(f"{v!r} is not an http(s) URL",
+                                    "write e.g. http://10.0.0.5:30080 (scheme, host and port)")
+        return v.rstrip("/") if v is not None else v
+
+    @property
+    def enabled(self) -> bool:
+        return self.url is not None
+
+
 class LoggingSettings(_Strict):
     format: Literal["auto", "journald", "json", "console"] = "auto"
     forward_engine_output: bool = True
@@ -350,6 +379,7 @@ class Config(_Strict):
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     state_dir: str = "/var/lib/sglang-supervisor"
     # Where the 0600 SGLang --config file (API key) goes; default $RUNTIME_DIRECTORY or state_dir.
     runtime_dir: str | None = None
@@ -780,10 +810,13 @@ def _remediation_problems(config: Config) -> list[ConfigProblem]:
 
 
 def _secret_problems(config: Config) -> list[ConfigProblem]:
-    key_file = config.engine.api_key_file
+    return [*_key_file_problems(config.engine.api_key_file, "engine.api_key_file"),
+            *_key_file_problems(config.gateway.api_key_file, "gateway.api_key_file")]
+
+
+def _key_file_problems(key_file: str | None, path: str) -> list[ConfigProblem]:
     if key_file is None:
         return []
-    path = "engine.api_key_file"
     if not os.path.isabs(key_file):
         return [ConfigProblem(path, f"{key_file!r} is a relative path (systemd runs us in /)",
                               "write the absolute path of the key file")]

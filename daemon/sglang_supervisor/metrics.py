@@ -15,7 +15,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import uvicorn
@@ -292,14 +292,27 @@ def _json_default(value: object) -> object:
     return str(value)
 
 
+class _Verdict(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
 class MetricsServer:
-    """`/metrics`, `/healthz` and `/status` (JSON from `status_provider`) on one loopback port."""
+    """`/metrics`, `/healthz` and `/status` (JSON from `status_provider`) on one loopback port;
+    `/readyz` and `/livez` for load balancers and Kubernetes probes (docs/OPERATIONS.md)."""
 
     def __init__(self, address: str, metrics: SupervisorMetrics,
-                 status_provider: Callable[[], Mapping[str, Any]] | None = None):
+                 status_provider: Callable[[], Mapping[str, Any]] | None = None, *,
+                 readiness: Callable[[], _Verdict] | None = None,
+                 liveness: Callable[[], _Verdict] | None = None):
         self.host, self.port = parse_address(address)
         self.metrics = metrics
         self._status = status_provider or (lambda: {})
+        self._readiness = readiness
+        self._liveness = liveness
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._sock: socket.socket | None = None
@@ -316,8 +329,26 @@ class MetricsServer:
                 return JSONResponse({"error": f"status unavailable: {type(exc).__name__}"}, status_code=500)
             return Response(json.dumps(body, default=_json_default), media_type="application/json")
 
+        def verdict(provider: Callable[[], _Verdict] | None, what: str) -> Response:
+            if provider is None:
+                return JSONResponse({what: False, "reason": "not wired"}, status_code=503)
+            try:
+                v = provider()
+            except Exception as exc:  # a broken provider says "no", it does not take the endpoint down
+                return JSONResponse({what: False, "reason": f"unavailable: {type(exc).__name__}"},
+                                    status_code=503)
+            return JSONResponse({what: v.ready, "reason": v.reason}, status_code=200 if v.ready else 503)
+
+        async def readyz(_: Request) -> Response:
+            return verdict(self._readiness, "ready")
+
+        async def livez(_: Request) -> Response:
+            return verdict(self._liveness, "alive")
+
         return Starlette(routes=[
             Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/livez", livez),
             Route("/status", status),
             # An exact route (a Mount would redirect /metrics to /metrics/).
             Route("/metrics", _AsgiEndpoint(make_asgi_app(self.metrics.registry))),

@@ -31,6 +31,7 @@ from sglang_supervisor.engineinfo import detect_engine_version
 from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.fleet import GatewayAgent, read_gateway_key
 from sglang_supervisor.group import MemberFailed, View
 from sglang_supervisor.grouplink import (
     MEMBER_FAILED_DRAIN_S,
@@ -80,7 +81,7 @@ from sglang_supervisor.policy import (
     StopRequested,
     TimerFired,
 )
-from sglang_supervisor.probe import ProbeResult
+from sglang_supervisor.probe import ProbeResult, engine_load
 from sglang_supervisor.process import EngineProcess, engine_env
 from sglang_supervisor.profiles import (
     RenderedCommand,
@@ -88,6 +89,7 @@ from sglang_supervisor.profiles import (
     default_secret_config_path,
     render,
 )
+from sglang_supervisor.reaper import Reaper
 from sglang_supervisor.regression import (
     Decision,
     KeepFaster,
@@ -95,6 +97,7 @@ from sglang_supervisor.regression import (
     RetryPrimary,
     TryNextProfile,
 )
+from sglang_supervisor.rotation import Verdict, liveness, planned, readiness
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -107,6 +110,9 @@ FAILED_STOP_DRAIN_S = 2.0
 EOF_GRACE_S = 3.0
 # Foreign processes holding less than this on our GPUs do not block a start (monitoring agents).
 FOREIGN_BYTES_BLOCKING = 1 << 30
+# The loop's heartbeat (/livez, zombie reaping) and how old it may get before /livez fails.
+HEARTBEAT_S = 1.0
+LIVENESS_STALE_S = 15.0
 
 PHASE_TO_METRIC = {
     Phase.PREFLIGHT: "starting", Phase.LAUNCHING: "starting", Phase.LOADING_WEIGHTS: "loading",
@@ -128,6 +134,7 @@ class Prepared:
     version: str
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
+    gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
 
 
 def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
@@ -179,7 +186,20 @@ def prepare(config: Config, version: str, *, secret_path: str | None = None) -> 
         problems += config_problems(config, rc, version)
     if problems:
         raise ConfigError(problems, f"rendering for SGLang {version}")
-    return Prepared(config, version, renders, api_key)
+    return Prepared(config, version, renders, api_key, gateway_key(config))
+
+
+def gateway_key(config: Config) -> str | None:
+    """gateway.api_key_file's key; a file we cannot use is a configuration error."""
+    if not config.gateway.enabled:
+        return None
+    try:
+        return read_gateway_key(config.gateway.api_key_file)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError([ConfigProblem("gateway.api_key_file", f"cannot use the gateway key: {why}",
+                                         "write the gateway's API key, one line, into a file "
+                                         "readable by the service user")], "gateway") from None
 
 
 def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
@@ -295,6 +315,12 @@ class Supervisor:
         self._group: LeaderLink | None = (
             LeaderLink(group, self._group_view, self._group_engine_running, self._group_member_failed)
             if group is not None and group.leader else None)
+        # Fleets (docs/OPERATIONS.md): gateway registration, the drain before planned stops,
+        # /readyz and /livez, zombie reaping as a container's PID 1. See `_before_stop`.
+        self._fleet: GatewayAgent | None = None
+        self._draining = False
+        self._heartbeat = time.monotonic()
+        self._reaper = Reaper.for_this_process(self._known_children)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -333,6 +359,8 @@ class Supervisor:
             "engine_log_errors": eng.pump.log_errors if eng else 0,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": self._monitor.status() if self._monitor else None,
+            "readyz": self.readiness().reason,
+            "gateway": self._fleet.status() if self._fleet else None,
         })
         if self._group is not None:
             book = self._group.book
@@ -340,6 +368,12 @@ class Supervisor:
                              "serving_nodes": sorted(book.serving), "missing_nodes": book.missing(),
                              "failed": book.failed, "rejected_reports": self._group.rejected}
         return snap
+
+    def readiness(self) -> Verdict:
+        return readiness(self.lifecycle.snapshot(time.monotonic()), draining=self._draining)
+
+    def liveness(self) -> Verdict:
+        return liveness(time.monotonic() - self._heartbeat, stale_s=LIVENESS_STALE_S)
 
     # -- main -----------------------------------------------------------------------------
 
@@ -354,6 +388,7 @@ class Supervisor:
             loop.add_signal_handler(sig, self.feed, StopRequested(name))
         loop.add_signal_handler(signal.SIGHUP, self._spawn_task, self._reload)
         self._client = httpx.AsyncClient()
+        self._start_fleet()
         await self._start_metrics()
         if self._group is not None:
             try:
@@ -361,8 +396,11 @@ class Supervisor:
             except OSError as exc:
                 log.error("group.link_unavailable", error=str(exc))
                 await self._shutdown()
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
                 return int(ExitCode.TEMPORARY)
         watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
+        heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
         log.info("supervisor.start", name=self.config.name, engine_version=self.prep.version,
                  profiles=",".join(self.config.profile_names), fingerprint=self.fp,
                  state_dir=self.config.state_dir, engine_log=self.config.engine.log_file)
@@ -378,6 +416,7 @@ class Supervisor:
             result = await self._done
         finally:
             watchdog.cancel()
+            heartbeat.cancel()
             # The handlers stay until the engine is gone: a second SIGTERM (Ctrl-C twice) during
             # the shutdown must not kill us with the default action and leave the engine behind.
             try:
@@ -406,6 +445,9 @@ class Supervisor:
         for timer in self._timers.values():
             if timer.handle:
                 timer.handle.cancel()
+        if self._fleet is not None:
+            with contextlib.suppress(Exception):
+                await self._fleet.aclose()
         if self._metrics_server is not None:
             with contextlib.suppress(Exception):
                 await self._metrics_server.stop()
@@ -420,7 +462,8 @@ class Supervisor:
         if not self.config.metrics.enabled:
             return
         address = self.opts.metrics_address or self.config.metrics.address
-        server = MetricsServer(address, self.metrics, self.status)
+        server = MetricsServer(address, self.metrics, self.status, readiness=self.readiness,
+                               liveness=self.liveness)
         try:
             await server.start()
         except MetricsServerError as exc:
@@ -438,6 +481,47 @@ class Supervisor:
         while True:
             self.notifier.watchdog()
             await asyncio.sleep(interval)
+
+    # -- fleets: the gateway, the drain before planned stops, liveness, reaping ------------------
+
+    def _start_fleet(self) -> None:
+        gw = self.config.gateway
+        if gw.enabled:
+            self._fleet = GatewayAgent(gw, self.base_url, self.config.state_dir, self.metrics.registry,
+                                       api_key=self.prep.gateway_key, engine_api_key=self.prep.api_key)
+            self._fleet.start()
+
+    async def _beat(self) -> None:
+        """The heartbeat /livez reads; as PID 1 of a container it also reaps orphaned zombies."""
+        while True:
+            self._heartbeat = time.monotonic()
+            self._reaper.reap()
+            await asyncio.sleep(HEARTBEAT_S)
+
+    def _known_children(self) -> set[int]:
+        """Our own children, reaped by whoever started them (Popen), never by the reaper."""
+        return {self._engine.proc.pid} if self._engine is not None else set()
+
+    async def _before_stop(self, reason: str) -> None:
+        """The one hook every stop of the engine passes, before SIGTERM reaches it: a planned stop
+        leaves the gateway and waits for in-flight requests (bounded by gateway.drain_s); a
+        failure stop only leaves the gateway, in the background."""
+        if self._fleet is None:
+            return
+        if not planned(reason):
+            self._fleet.on_engine_gone()
+            return
+        self._draining = True
+        # systemd's stop (or reload) deadline must cover the drain that is about to happen.
+        self.notifier.extend_timeout(self.config.gateway.drain_s + self.config.timeouts.drain_s
+                                     + self.config.timeouts.kill_s + 5.0)
+        await self._fleet.drain(reason, self._inflight)
+
+    async def _inflight(self) -> int | None:
+        assert self._client is not None
+        load = await engine_load(self._client, self.base_url, self.prep.api_key,
+                                 timeout=self.config.gateway.timeout_s)
+        return None if load is None else load.running + load.queued
 
     def _spawn_task(self, fn: Callable[[], Any]) -> None:
         task = asyncio.ensure_future(fn())
@@ -663,6 +747,8 @@ class Supervisor:
 
     async def _watch_exit(self, eng: _Engine) -> None:
         rc = await eng.proc.wait()
+        if not eng.proc.we_stopped and self._fleet is not None:
+            self._fleet.on_engine_gone()  # a crash: out of the gateway before anything else
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
         if eng.proc.group_members():
@@ -713,6 +799,7 @@ class Supervisor:
         eng.note_pids()
 
         async def stop() -> None:
+            await self._before_stop(reason)
             result = await eng.proc.stop(drain, t.kill_s)
             log.info("engine.stopped", profile=eng.profile, reason=reason,
                      returncode=result.returncode, drained=result.drained, killed=result.killed,
@@ -894,6 +981,9 @@ class Supervisor:
 
     def _on_ready(self) -> None:
         self.notifier.ready(self.lifecycle.status_text())
+        self._draining = False
+        if self._fleet is not None:
+            self._fleet.on_ready()
         if self._engine is not None:
             self._engine.note_pids()
         # READY=1 also ends a reload that kept the engine: the loops may already be running.

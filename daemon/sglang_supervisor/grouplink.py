@@ -235,7 +235,6 @@ class WorkerNode:
         self.engine: _LocalEngine | None = None
         self.last_generation: int | None = None  # the generation our last engine ran
         self._stop = asyncio.Event()
-        self._ready_sent = False
 
     # -- engine ---------------------------------------------------------------------------------
 
@@ -340,6 +339,9 @@ class WorkerNode:
         code = int(ExitCode.OK)
         log.info("group.worker_start", node_rank=self.settings.node_rank, link=self.settings.link,
                  instance=self.instance, restart=self.settings.restart)
+        # READY=1 means "this node follows its leader": the group's readiness is the leader's
+        # (a worker unit waiting for the whole group would hit systemd's start timeout).
+        self.notifier.ready(f"node {self.settings.node_rank}: following the leader at {self.settings.link}")
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
             try:
                 while not self._stop.is_set():
@@ -375,10 +377,7 @@ class WorkerNode:
                         self.engine = None
                         self._failed_report = Report(self.settings.node_rank, self.instance,
                                                      eng.generation, "failed", eng.failed, eng.message)
-                    if eng is not None and self.serving(eng) and not self._ready_sent:
-                        self._ready_sent = True
-                        self.notifier.ready(f"node {self.settings.node_rank}: serving generation "
-                                            f"{eng.generation} ({eng.profile})")
+                    self._notify_status()
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._stop.wait(), self.settings.poll_interval_s)
             finally:
@@ -387,6 +386,17 @@ class WorkerNode:
         return code
 
     _failed_report: Report | None = None
+    _last_status = ""
+
+    def _notify_status(self) -> None:
+        eng = self.engine
+        r = self._report()
+        text = (f"node {self.settings.node_rank}: {r.state}" + (
+            f" generation {eng.generation} profile={eng.profile} captures {r.captures_ended}/"
+            f"{r.captures_expected}" if eng is not None else ""))
+        if text != self._last_status:
+            self._last_status = text
+            self.notifier.status(text)
 
     async def _exchange(self, client: httpx.AsyncClient, base: str) -> View | None:
         """Report our state, read the leader's view from the answer (None: no usable answer)."""

@@ -70,7 +70,9 @@ def test_leader_ready_only_after_the_worker_nodes_captures(daemons, tmp_path) ->
     members = index_of(leader, "group.members_ready", generation=1)
     assert members < index_of(leader, "supervisor.ready")
     worker.event("group.engine_start", generation=1, profile="tuned")
-    worker.notified("READY=1")
+    worker.notified("READY=1")  # "following the leader": the group's READY is the leader's
+    worker.wait_for("the worker's STATUS= says its node serves generation 1",
+                    lambda: any(n.startswith("STATUS=node 1: serving generation 1") for n in worker.notes))
     log = (tmp_path / "worker" / "engine.log").read_text()
     assert re.search(r"TP1\] Capture target \w+ CUDA graph end", log)
     assert "Starting dummy health check server" in log

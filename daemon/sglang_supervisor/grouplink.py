@@ -332,6 +332,11 @@ class WorkerNode:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        # systemctl reload: the group's profile is the leader's; reload the leader instead.
+        loop.add_signal_handler(signal.SIGHUP, lambda: log.warning(
+            "group.reload_ignored", hint="a worker node follows its leader: reload the leader"))
+        watchdog_s = self.notifier.watchdog_interval()
+        last_watchdog = 0.0
         host, port = split_address(self.settings.link)
         base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         last_ok = time.monotonic()
@@ -345,6 +350,9 @@ class WorkerNode:
         async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
             try:
                 while not self._stop.is_set():
+                    if watchdog_s is not None and time.monotonic() - last_watchdog >= watchdog_s:
+                        last_watchdog = time.monotonic()
+                        self.notifier.watchdog()  # WatchdogSec= in the units: the loop is alive
                     if self.engine is not None:
                         self._check(self.engine)
                     fresh = await self._exchange(client, base)
@@ -383,6 +391,8 @@ class WorkerNode:
             finally:
                 self.notifier.stopping("stopping")
                 await self._stop_engine("supervisor stopping")
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
         return code
 
     _failed_report: Report | None = None

@@ -65,7 +65,7 @@ def engine_gone(pid: int, timeout: float) -> float:
 def test_leader_ready_only_after_the_worker_nodes_captures(daemons, tmp_path) -> None:
     leader_cfg, worker_cfg = group_configs(tmp_path)
     leader = start(daemons, tmp_path / "leader", leader_cfg)
-    worker = start(daemons, tmp_path / "worker", worker_cfg)
+    worker = start(daemons, tmp_path / "worker", worker_cfg, env={"WATCHDOG_USEC": "2000000"})
     leader.notified("READY=1")
     members = index_of(leader, "group.members_ready", generation=1)
     assert members < index_of(leader, "supervisor.ready")
@@ -78,6 +78,10 @@ def test_leader_ready_only_after_the_worker_nodes_captures(daemons, tmp_path) ->
     assert "Starting dummy health check server" in log
     assert "TP0]" not in log  # the worker node hosts only its own ranks
     assert "TP1]" not in (tmp_path / "leader" / "engine.log").read_text()
+    worker.notified("WATCHDOG=1")  # the units' WatchdogSec= holds for worker nodes too
+    worker.proc.send_signal(signal.SIGHUP)  # systemctl reload of a worker: logged, nothing stops
+    worker.event("group.reload_ignored")
+    assert worker.proc.poll() is None
     for d in (worker, leader):
         assert d.stop() == 0
 

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sglang_supervisor.apikey import write_secret_config
+from sglang_supervisor.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config
 from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, EngineEvent, EngineFailed, FailureClass
@@ -252,7 +252,14 @@ class WorkerNode:
                 log.error("group.secret_config", error=exc.strerror or str(exc))
                 return
         env = engine_env(self.environ, rc.env)
-        proc = EngineProcess.spawn(rc.argv, env)
+        try:
+            proc = EngineProcess.spawn(rc.argv, env)
+        except OSError as exc:
+            log.error("group.engine_spawn_failed", command=rc.argv[0], error=exc.strerror or str(exc))
+            self.last_generation = gen
+            self._failed_report = Report(self.settings.node_rank, self.instance, gen, "failed",
+                                         FailureClass.OTHER, f"cannot start {rc.argv[0]}")
+            return
         ecfg = self.config.engine
         secrets_ = [self.api_key] if self.api_key else []
         parser = _NodeParser(LogParser(self.version, secrets_))
@@ -391,6 +398,8 @@ class WorkerNode:
             finally:
                 self.notifier.stopping("stopping")
                 await self._stop_engine("supervisor stopping")
+                with contextlib.suppress(OSError):
+                    remove_secret_config(default_secret_config_path(self.config))
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
         return code

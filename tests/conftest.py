@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures"
@@ -22,3 +24,13 @@ def fixtures_dir() -> Path:
 @pytest.fixture
 def sglang_0517() -> Path:
     return SGLANG_0517
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Each test starts from structlog's defaults: commands under test (doctor, logsetup) configure
+    structlog globally, and a filtering wrapper left behind hides warnings from a later test's
+    structlog.testing.capture_logs() (which swaps processors, not the wrapper class)."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()

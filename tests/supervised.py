@@ -72,10 +72,11 @@ class Daemon:
     """One `sglang-supervisor run` process, its notify socket and its JSON log.
 
     `stdout`: where the daemon's output goes instead of our log reader (then `events` stays empty).
+    `prefix`: a command that execs the daemon (same pid), e.g. `unshare --mount ... sh -c`.
     """
 
     def __init__(self, workdir: Path, data: dict[str, Any], *extra: str, stdout: Any = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.config_path = workdir / "config.yaml"
         self.write_config(data)
@@ -91,8 +92,8 @@ class Daemon:
         full_env.update({"NOTIFY_SOCKET": str(self.sock_dir / "n"), "PYTHONUNBUFFERED": "1"})
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sglang_supervisor", "run", "--config", str(self.config_path),
-             "--log-format", "json", *extra],
+            [*prefix, sys.executable, "-m", "sglang_supervisor", "run", "--config",
+             str(self.config_path), "--log-format", "json", *extra],
             stdout=subprocess.PIPE if stdout is None else stdout,
             stderr=subprocess.STDOUT if stdout is None else stdout, env=full_env, text=True)
         self._notify_reader = threading.Thread(target=self._read_notify, daemon=True)

@@ -291,6 +291,10 @@ class RestartPolicy(_Strict):
     same_profile_retries: Annotated[int, Field(ge=0)] = 1  # crash after ready: same profile again
     backoff_s: Annotated[float, Field(ge=0)] = 2.0  # pause before a relaunch
     known_bad_ttl_s: Annotated[float, Field(ge=0)] = 7 * 24 * 3600.0  # forget a bad profile after
+    # Port busy / GPU held by a stranger: wait this long (in all) for it to clear, then exit 75.
+    # Longer than a third of systemd's StartLimitIntervalSec=1h, so repeated 75s never trip the
+    # start limit (StartLimitBurst=4).
+    temporary_wait_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1200.0
 
 
 class ProbeSettings(_Strict):

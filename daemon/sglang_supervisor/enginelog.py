@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -107,11 +108,36 @@ class StreamRedactor:
 
 # ------------------------------------------------------------------------------ the file
 
+# Errors after which the open file is simply tried again with the next output: space may come back
+# at any moment, and every byte that fits then must land in the file.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@dataclass(frozen=True)
+class LogWriteState:
+    """A change in whether the engine log can be written, reported by `RotatingByteLog`.
+
+    `ok` False starts a spell of failed writes (disk full, quota, a directory gone); True ends it.
+    `dropped_bytes`: output not written since the previous report; `seconds`: the length of the
+    spell that ended."""
+
+    path: str
+    ok: bool
+    error: str | None = None
+    dropped_bytes: int = 0
+    seconds: float = 0.0
+
+
 class RotatingByteLog:
-    """Append-only byte log rotated by size (`path`, `path.1` ... `path.N`). Never raises."""
+    """Append-only byte log rotated by size (`path`, `path.1` ... `path.N`). Never raises.
+
+    `on_state(LogWriteState)` is called (on the writing thread) when writes start or stop failing,
+    and at close with bytes dropped since the last report. After a spell of failed writes a line
+    in the file says how many bytes are missing there."""
 
     def __init__(self, path: str | Path, max_bytes: int, backups: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_state: Callable[[LogWriteState], None] | None = None) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
@@ -123,6 +149,12 @@ class RotatingByteLog:
         self._size = 0
         self._ident: tuple[int, int] | None = None
         self._retry_at = 0.0
+        self._on_state = on_state
+        self._ok: bool | None = None  # the last outcome reported; None before the first write
+        self._reported_dropped = 0
+        self._spell_began = 0.0
+        self._spell_dropped = 0
+        self._ends_line = True  # the last byte written was a newline (or nothing was written)
 
     def _open(self) -> bool:
         try:
@@ -176,6 +208,39 @@ class RotatingByteLog:
         if self._fh is None and now < self._retry_at:
             self.dropped_bytes += len(data)
             return
+        before = self.dropped_bytes
+        if self._ok is False and self._write_all(self._gap_note()) is not None:
+            self.dropped_bytes = before + len(data)  # still no room, not even for the note
+            return
+        failed = self._write_all(data)
+        self._report(failed is None, failed, now, before)
+
+    def _gap_note(self) -> bytes:
+        lead = b"" if self._ends_line else b"\n"
+        return lead + (f"[sglang-supervisor] {self.dropped_bytes - self._spell_dropped} bytes of "
+                       f"engine output are missing here: {self.last_error}\n").encode()
+
+    def _report(self, ok: bool, error: str | None, now: float, dropped_before: int) -> None:
+        if ok == self._ok:
+            return
+        if not ok:
+            self._spell_began, self._spell_dropped = now, dropped_before
+        seconds = 0.0 if not ok or self._ok is None else round(now - self._spell_began, 3)
+        self._ok = ok
+        self._emit(LogWriteState(str(self.path), ok, error, self._unreported(), seconds))
+
+    def _unreported(self) -> int:
+        dropped, self._reported_dropped = (self.dropped_bytes - self._reported_dropped,
+                                           self.dropped_bytes)
+        return dropped
+
+    def _emit(self, state: LogWriteState) -> None:
+        if self._on_state is not None:
+            with contextlib.suppress(Exception):  # a broken callback must not stop the pipe
+                self._on_state(state)
+
+    def _write_all(self, data: bytes) -> str | None:
+        """Write `data` (all of what fits); None when all of it was written, else the error."""
         # One stat per read (at most 64 KiB) is cheap next to the write, and catches a deletion
         # (logrotate, an operator's rm) on the very next output.
         if self._fh is not None and not self._still_ours():
@@ -184,19 +249,29 @@ class RotatingByteLog:
             self._rotate()
         if self._fh is None and not self._open():
             self.dropped_bytes += len(data)
-            return
+            return self.last_error or "cannot open"
         assert self._fh is not None
+        view = memoryview(data)
         try:
-            view = memoryview(data)
             while view:
                 n = os.write(self._fh, view)
+                if n:
+                    self._ends_line = view[n - 1] == 0x0A
                 view = view[n:]
                 self._size += n
         except OSError as exc:
             self.dropped_bytes += len(view)
-            self._fail(exc)
+            if exc.errno in _NO_SPACE:  # keep the file open: the next output tries again
+                self.errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            else:
+                self._fail(exc)
+            return self.last_error
+        return None
 
     def close(self) -> None:
+        if self._ok is False and self.dropped_bytes > self._reported_dropped:
+            self._emit(LogWriteState(str(self.path), False, None, self._unreported()))
         self._close()
 
 

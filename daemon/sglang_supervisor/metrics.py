@@ -33,7 +33,6 @@ from sglang_supervisor.policy import (
     CONFIG_FAILURES,
     RESTART_REGRESSION,
     RESTART_RELOAD,
-    TEMPORARY_FAILURES,
 )
 from sglang_supervisor.probe import ProbeResult
 from sglang_supervisor.regression import DECISION_NAMES, Reason
@@ -50,10 +49,10 @@ STATES: tuple[str, ...] = (
 )
 EXPLANATIONS: tuple[str, ...] = tuple(r.value for r in Reason)
 # Why the lifecycle can relaunch an engine: failure classes that are retried or fall back (config
-# and temporary failures end the run instead), a throughput decision, a reload. Their series
-# exist from the start at 0, so increase() sees the first restart too.
+# failures end the run instead; temporary ones relaunch once they cleared), a throughput decision,
+# a reload. Their series exist from the start at 0, so increase() sees the first restart too.
 RESTART_REASONS: tuple[str, ...] = (
-    *(c.value for c in FailureClass if c not in CONFIG_FAILURES | TEMPORARY_FAILURES),
+    *(c.value for c in FailureClass if c not in CONFIG_FAILURES),
     RESTART_REGRESSION, RESTART_RELOAD,
 )
 
@@ -176,6 +175,17 @@ class SupervisorMetrics:
                 self.decisions.labels(name)
         for reason in RESTART_REASONS:
             self.restarts.labels(reason)
+        self.engine_log_writable = Gauge(
+            f"{NS}_engine_log_writable",
+            "0 while writes to the engine log file fail (disk full, quota, directory gone)",
+            registry=r)
+        self.engine_log_write_failures = Counter(
+            f"{NS}_engine_log_write_failures",
+            "spells of failed writes to the engine log file", registry=r)
+        self.engine_log_dropped = Counter(
+            f"{NS}_engine_log_dropped_bytes", "engine output not written to the engine log file",
+            registry=r)
+        self.engine_log_writable.set(1)
         self._reason_label = _BoundedLabel(known=RESTART_REASONS)
         self._profile_label = _BoundedLabel()
         self._result_label = _BoundedLabel()
@@ -255,6 +265,15 @@ class SupervisorMetrics:
     def set_explanations(self, reasons: Sequence[str]) -> None:
         for reason in EXPLANATIONS:
             self.explained.labels(reason).set(1 if reason in reasons else 0)
+
+    def engine_log_state(self, writable: bool, dropped_bytes: int = 0, *, began: bool = False
+                         ) -> None:
+        """The engine log file's health: writable or not, bytes it lost, a spell that began."""
+        self.engine_log_writable.set(1 if writable else 0)
+        if began:
+            self.engine_log_write_failures.inc()
+        if dropped_bytes > 0:
+            self.engine_log_dropped.inc(dropped_bytes)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -375,7 +375,10 @@ class ThroughputMonitor:
             return None
         ev = self._evaluate(False, Observations())
         if isinstance(ev.decision, Reprobe):
-            log.info("probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
+            # Once a slowdown is explained and reported, every window re-suspects it until it ends
+            # (a minute of a foreign job is a dozen windows): say it at info level only once.
+            (log.debug if self._last_explained else log.info)(
+                "probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
             confirm_started = time.monotonic()
             result, obs = await self._observe_during(self._periodic_probe())
             if not result.ok or self.stopped:
@@ -399,6 +402,10 @@ class ThroughputMonitor:
         elif self.metrics is not None:
             self.metrics.set_explanations(())
         if isinstance(d, NoAction):
+            if self._last_explained:
+                # The end of an explained slowdown, reported once as its start was.
+                log.info("throughput_recovered", median_tps=ev.median_tps, baseline_tps=self.baseline,
+                         ratio=ev.ratio, explained_by=list(self._last_explained))
             self._last_explained = ()
             return
         if isinstance(d, Explained) and reasons == self._last_explained:

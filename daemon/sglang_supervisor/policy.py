@@ -48,6 +48,7 @@ class Phase(str, Enum):
     SERVING = "serving"
     DEGRADED = "degraded"
     RESTARTING = "restarting"
+    WAITING = "waiting"  # for a temporary condition (port, GPU memory) to clear
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
@@ -65,6 +66,10 @@ CaptureKey = tuple[str, str, str | None]
 STALL_TIMER = "stall"
 START_TIMER = "start"
 FAILURE_GRACE_TIMER = "failure_grace"
+TEMPORARY_TIMER = "temporary"  # the bound on waiting for a temporary condition
+# Relaunches after the engine itself reported a temporary failure back off (restart.backoff_s,
+# doubled each time) up to this; a wait found by our own checks relaunches as soon as it clears.
+TEMPORARY_RETRY_MAX_S = 60.0
 
 # Failure classes that only say "something broke": a finer class seen in the same start wins.
 GENERIC_FAILURES = frozenset(
@@ -104,6 +109,9 @@ class Settings:
     backoff_s: float = 2.0
     # An engine that printed a fatal signature but did not exit is stopped after this long.
     failure_grace_s: float = 15.0
+    # How long a temporary condition (port busy, GPU held by a stranger) may last before exit 75;
+    # 0: exit 75 at once.
+    temporary_wait_s: float = 0.0
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -212,6 +220,13 @@ class PortBusy:
     detail: str
 
 
+@dataclass(frozen=True)
+class TemporaryCleared:
+    """The condition `WaitTemporary(seq=...)` waits for is gone (the shell checked)."""
+
+    seq: int
+
+
 SupervisorInput = (
     Start
     | Launched
@@ -228,6 +243,7 @@ SupervisorInput = (
     | RegressionDecision
     | GpuBusy
     | PortBusy
+    | TemporaryCleared
 )
 Input = SupervisorInput | EngineEvent
 
@@ -300,6 +316,17 @@ class MarkBad:
 
 
 @dataclass(frozen=True)
+class WaitTemporary:
+    """Check `what` ("port" or "gpu") until it is clear, then feed TemporaryCleared(seq); check
+    the first time after `delay_s`. The policy's TEMPORARY_TIMER bounds the wait."""
+
+    what: str
+    detail: str
+    delay_s: float
+    seq: int
+
+
+@dataclass(frozen=True)
 class Exit:
     code: ExitCode
     reason: str
@@ -329,6 +356,7 @@ Action = (
     | MarkBad
     | Exit
     | Log
+    | WaitTemporary
 )
 
 
@@ -489,6 +517,13 @@ class Lifecycle:
         self._reload_pending = False
         self._phase_since = 0.0
         self._tok_status_at = float("-inf")  # when STATUS= last showed a fresh tok/s
+        # Waiting for a temporary condition: (class, detail, profile to relaunch or None for the
+        # first), the wait's number, when the whole spell must end, temporary failures so far.
+        self._waiting: tuple[FailureClass, str, str | None] | None = None
+        self._wait_seq = 0
+        self._temp_deadline: float | None = None
+        self._temp_failures = 0
+        self._gpu_busy_detail = "GPU held by a foreign process"
 
     # -- public ---------------------------------------------------------------------------
 
@@ -514,6 +549,8 @@ class Lifecycle:
             "captures_ended": len(self._ended & self._expected),
             "failed_profiles": sorted(self._failed),
             "skipped_known_bad": dict(self._skipped),
+            "waiting_for": ({"failure_class": self._waiting[0].value, "detail": self._waiting[1]}
+                            if self._waiting is not None else None),
             "attempts": [
                 {
                     "profile": a.profile,
@@ -527,7 +564,16 @@ class Lifecycle:
             ],
         }
 
+    @property
+    def wait_seq(self) -> int | None:
+        """The number of the temporary wait under way (see WaitTemporary), or None."""
+        return self._wait_seq if self._waiting is not None else None
+
     def status_text(self) -> str:
+        if self.phase == Phase.WAITING and self._waiting is not None:
+            failure, detail, _ = self._waiting
+            return (f"waiting: {failure.value}: {detail}; retrying when it clears, exit 75 after "
+                    f"{self.settings.temporary_wait_s:g} s")
         parts = [self.phase.value]
         if self.profile:
             parts.append(f"profile={self.profile}")
@@ -582,6 +628,7 @@ class Lifecycle:
                 restart: str | None = None) -> list[Action]:
         self.attempt += 1
         self.profile = profile
+        self._waiting = None  # a launch (after the wait, or a reload) ends any wait
         self.attempts.append(Attempt(profile, self.attempt, reason, started_at=now))
         self._engine_alive = True
         self._stop_reason = None
@@ -628,7 +675,8 @@ class Lifecycle:
         if failure in CONFIG_FAILURES:
             return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}", now)
         if failure in TEMPORARY_FAILURES:
-            return acts + self._exit(ExitCode.TEMPORARY, f"{failure.value}: {message}", now)
+            # Not the profile's fault: the same profile again once the condition clears.
+            return acts + self._wait_temporary(failure, message, now, profile, engine_said=True)
         if after_ready:
             count = self._crashes.get(profile, 0) + 1
             self._crashes[profile] = count
@@ -796,7 +844,8 @@ class Lifecycle:
             return acts + self._stopped_by_signal(now)
         if reason == "gpu_busy":
             self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
-            return acts + self._exit(ExitCode.TEMPORARY, "GPU held by a foreign process", now)
+            return acts + self._wait_temporary(FailureClass.GPU_BUSY, self._gpu_busy_detail, now,
+                                               self.profile, engine_said=False)
         if reason in ("reload", "regression"):
             self._close_attempt(now, "stopped", None)
             target = self._next_profile or self.profile or self._order[0]
@@ -830,6 +879,12 @@ class Lifecycle:
         return acts + self._fail_over(failure, message, now, after_ready=self._reached_ready)
 
     def _on_TimerFired(self, inp: TimerFired, now: float) -> list[Action]:
+        if inp.name == TEMPORARY_TIMER:
+            if self._waiting is None or self._engine_alive:
+                return []
+            failure, detail, _ = self._waiting
+            self._waiting = None
+            return self._temporary_exit(failure, detail, now)
         if not self._engine_alive or self._stop_reason is not None:
             return []
         if inp.name == STALL_TIMER and self.phase in STARTING_PHASES:
@@ -851,6 +906,7 @@ class Lifecycle:
         if self._probing and self.phase in STARTING_PHASES:
             self._probing = False
             self._reached_ready = True
+            self._temp_deadline, self._temp_failures = None, 0  # a spell of waiting is over
             cur = self._current()
             if cur is not None:
                 cur.outcome = "ready"
@@ -1001,15 +1057,61 @@ class Lifecycle:
 
     def _on_GpuBusy(self, inp: GpuBusy, now: float) -> list[Action]:
         acts: list[Action] = [Log("gpu.busy", "error", {"detail": inp.detail})]
+        self._gpu_busy_detail = f"GPU held by a foreign process: {inp.detail}"
         if self._engine_alive:
             self._stop_reason = None
             return acts + self._stop("gpu_busy")
         self._close_attempt(now, "failed", FailureClass.GPU_BUSY)
-        return acts + self._exit(ExitCode.TEMPORARY, f"GPU held by a foreign process: {inp.detail}",
-                                 now)
+        return acts + self._wait_temporary(FailureClass.GPU_BUSY, self._gpu_busy_detail, now,
+                                           self.profile, engine_said=False)
 
     def _on_PortBusy(self, inp: PortBusy, now: float) -> list[Action]:
         if self._engine_alive:  # only meaningful before a launch: the engine owns its port
             return []
         return [Log("engine.port_in_use", "error", {"detail": inp.detail}),
-                *self._exit(ExitCode.TEMPORARY, f"engine port busy: {inp.detail}", now)]
+                *self._wait_temporary(FailureClass.PORT_IN_USE, f"engine port busy: {inp.detail}",
+                                      now, self.profile, engine_said=False)]
+
+    def _on_TemporaryCleared(self, inp: TemporaryCleared, now: float) -> list[Action]:
+        if self._waiting is None or inp.seq != self._wait_seq or self._engine_alive:
+            return []  # a wait that a launch (reload) or a stop already ended
+        failure, _, profile = self._waiting
+        self._waiting = None
+        acts: list[Action] = [CancelTimer(TEMPORARY_TIMER),
+                              Log("supervisor.wait_over", "info", {
+                                  "failure_class": failure.value, "profile": profile})]
+        if profile is None:
+            return acts + self._on_Start(Start(), now)
+        acts += self._set_phase(Phase.RESTARTING, now)
+        return acts + self._launch(profile, f"after {failure.value} cleared", now, 0.0,
+                                   failure.value)
+
+    def _temporary_exit(self, failure: FailureClass, detail: str, now: float) -> list[Action]:
+        wait_s = self.settings.temporary_wait_s
+        why = f" did not clear within {wait_s:g} s" if wait_s > 0 else ""
+        return self._exit(ExitCode.TEMPORARY, f"{failure.value}{why}: {detail}", now)
+
+    def _wait_temporary(self, failure: FailureClass, detail: str, now: float,
+                        profile: str | None, *, engine_said: bool) -> list[Action]:
+        """Wait (bounded by `temporary_wait_s` over the whole spell) for a temporary condition
+        to clear, then relaunch `profile` (None: start the ladder); past the bound, exit 75.
+
+        Systemd's start limit would end the unit for good after a few quick 75s: waiting here
+        keeps a port held for a minute from needing a person."""
+        if self._temp_deadline is None:
+            self._temp_deadline = now + self.settings.temporary_wait_s
+        left = self._temp_deadline - now
+        if left <= 0:
+            return self._temporary_exit(failure, detail, now)
+        self._temp_failures += 1
+        delay = (min(self.settings.backoff_s * 2 ** (self._temp_failures - 1),
+                     TEMPORARY_RETRY_MAX_S) if engine_said else 0.0)
+        self._wait_seq += 1
+        self._waiting = (failure, detail, profile)
+        acts: list[Action] = [Log("supervisor.waiting", "warning", {
+            "failure_class": failure.value, "detail": detail, "profile": profile,
+            "retry_after_s": delay, "exit_in_s": round(left, 3)})]
+        acts += self._set_phase(Phase.WAITING, now)
+        what = "port" if failure is FailureClass.PORT_IN_USE else "gpu"
+        return [*acts, SetTimer(TEMPORARY_TIMER, left),
+                WaitTemporary(what, detail, delay, self._wait_seq)]

@@ -28,7 +28,7 @@ from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_s
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
 from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.fleet import GatewayAgent, read_gateway_key
@@ -79,10 +79,12 @@ from sglang_supervisor.policy import (
     Start,
     StopEngine,
     StopRequested,
+    TemporaryCleared,
     TimerFired,
+    WaitTemporary,
 )
 from sglang_supervisor.probe import ProbeResult, engine_load
-from sglang_supervisor.process import EngineProcess, engine_env
+from sglang_supervisor.process import EngineProcess, engine_env, venv_bin_dir
 from sglang_supervisor.profiles import (
     RenderedCommand,
     config_problems,
@@ -110,6 +112,12 @@ FAILED_STOP_DRAIN_S = 2.0
 EOF_GRACE_S = 3.0
 # Foreign processes holding less than this on our GPUs do not block a start (monitoring agents).
 FOREIGN_BYTES_BLOCKING = 1 << 30
+# While waiting for a temporary condition: how often it is checked, and how far ahead systemd's
+# start deadline is kept (the wait has its own bound, restart.temporary_wait_s).
+TEMPORARY_POLL_S = 1.0
+TEMPORARY_EXTEND_S = 60.0
+# How often the engine's family is walked for processes that left its session (setsid).
+ESCAPE_SCAN_S = 2.0
 # The loop's heartbeat (/livez, zombie reaping) and how old it may get before /livez fails.
 HEARTBEAT_S = 1.0
 LIVENESS_STALE_S = 15.0
@@ -118,6 +126,7 @@ PHASE_TO_METRIC = {
     Phase.PREFLIGHT: "starting", Phase.LAUNCHING: "starting", Phase.LOADING_WEIGHTS: "loading",
     Phase.CAPTURING_GRAPHS: "capturing", Phase.WARMING_UP: "warming", Phase.READY: "ready",
     Phase.SERVING: "ready", Phase.DEGRADED: "degraded", Phase.RESTARTING: "restarting",
+    Phase.WAITING: "backoff",
     Phase.STOPPING: "stopping", Phase.STOPPED: "stopped", Phase.FAILED: "failed",
 }
 
@@ -222,6 +231,7 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         start_s=t.start_s,
         backoff_s=config.restart.backoff_s,
         failure_grace_s=max(5.0, min(t.stall_s, 15.0)),
+        temporary_wait_s=config.restart.temporary_wait_s,
     )
 
 
@@ -315,6 +325,8 @@ class Supervisor:
         self._group: LeaderLink | None = (
             LeaderLink(group, self._group_view, self._group_engine_running, self._group_member_failed)
             if group is not None and group.leader else None)
+        # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
+        self._log_spell: tuple[float, int] | None = None
         # Fleets (docs/OPERATIONS.md): gateway registration, the drain before planned stops,
         # /readyz and /livez, zombie reaping as a container's PID 1. See `_before_stop`.
         self._fleet: GatewayAgent | None = None
@@ -357,6 +369,7 @@ class Supervisor:
             "engine_pid": eng.proc.pid if eng else None,
             "engine_log": self.config.engine.log_file,
             "engine_log_errors": eng.pump.log_errors if eng else 0,
+            "engine_log_writable": self._log_spell is None,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": self._monitor.status() if self._monitor else None,
             "readyz": self.readiness().reason,
@@ -435,10 +448,12 @@ class Supervisor:
             if eng.stopping is not None and not eng.stopping.done():
                 with contextlib.suppress(Exception):
                     await eng.stopping  # bounded by drain_s + kill_s
-            if eng.proc.returncode is None or eng.proc.group_members():
+            escaped = await asyncio.to_thread(eng.proc.family.escapees)
+            if eng.proc.returncode is None or eng.proc.group_members() or escaped:
                 # Exit was decided with (part of) the engine still up, e.g. after an internal
                 # error: never leave it behind, children included.
                 result = await eng.proc.stop(self.config.timeouts.drain_s, self.config.timeouts.kill_s)
+                self._log_escaped(result.escaped)
                 self._log_leftover(result.leftover)
         for t in list(self._tasks):
             t.cancel()
@@ -588,6 +603,8 @@ class Supervisor:
             t = self._timers.pop(a.name, None)
             if t is not None and t.handle is not None:
                 t.handle.cancel()
+        elif isinstance(a, WaitTemporary):
+            self._spawn_task(lambda: self._wait_temporary(a))
         elif isinstance(a, RunReadyProbe):
             self._spawn_task(lambda: self._ready_probe(a.attempt))
         elif isinstance(a, NotifyReady):
@@ -674,6 +691,24 @@ class Supervisor:
             if self._launching is asyncio.current_task():
                 self._launching = None
 
+    async def _wait_temporary(self, a: WaitTemporary) -> None:
+        """Check the condition the lifecycle waits for until it clears (its timer bounds us)."""
+        await asyncio.sleep(a.delay_s)
+        extended = float("-inf")
+        while self.lifecycle.wait_seq == a.seq:
+            if a.what == "port":
+                busy = port_taken(self.config.engine.host, self.config.engine.port)
+            else:
+                busy = await asyncio.to_thread(self._foreign)
+            if busy is None:
+                self.feed(TemporaryCleared(a.seq))
+                return
+            now = time.monotonic()
+            if not self.lifecycle.ready_sent and now - extended >= TEMPORARY_EXTEND_S / 3:
+                extended = now  # still starting: systemd's start timeout must not end the wait
+                self.notifier.extend_timeout(TEMPORARY_EXTEND_S)
+            await asyncio.sleep(TEMPORARY_POLL_S)
+
     def _render(self, profile: str) -> RenderedCommand:
         rc = self.prep.renders.get(profile)
         if rc is None:  # a profile added by a reload is rendered on the spot
@@ -700,7 +735,7 @@ class Supervisor:
                 self.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
                                        f"{secret_path}: {exc.strerror}", config_error=True))
                 return
-        env = engine_env(self.opts.environ, rc.env)
+        env = engine_env(self.opts.environ, rc.env, venv_bin_dir(rc.argv[0]))
         if not self._engine_started_once:
             gpus = gpu.snapshot()
             self._gpu_baseline = gpu.total_used(gpus, self._gpu_set()) if gpus else None
@@ -722,7 +757,8 @@ class Supervisor:
 
         pump = EngineLogPump(
             proc.stdout_fd, loop=self._loop,
-            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups),
+            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
+                                on_state=self._log_state_threadsafe),
             splitter=LineSplitter(), parser=LogParser(self.prep.version, secrets),
             on_output=lambda events: self._on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
@@ -740,10 +776,52 @@ class Supervisor:
             self._group.book.new_generation(attempt)
         self.feed(Launched(attempt, proc.pid, keys))
         self._spawn_task(lambda: self._watch_exit(self._engine_for(attempt)))
+        self._spawn_task(lambda: self._watch_family(self._engine_for(attempt)))
+
+    def _log_state_threadsafe(self, st: LogWriteState) -> None:
+        """From the pump's thread: never log or block there (journald may be what is stuck)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: we are exiting
+                self._loop.call_soon_threadsafe(self._on_log_state, st)
+
+    def _on_log_state(self, st: LogWriteState) -> None:
+        """A full disk under the engine log is an event (once per spell, and its end) and a
+        metric: the engine runs on, its lines still go to the journal."""
+        now = time.monotonic()
+        if not st.ok and self._log_spell is None:
+            self._log_spell = (now, st.dropped_bytes)
+            self.metrics.engine_log_state(False, st.dropped_bytes, began=True)
+            log.error("engine_log.write_failed", path=st.path, error=st.error,
+                      hint=f"free space under {os.path.dirname(st.path) or '.'}: the engine keeps "
+                           "running (its lines reach the journal if logging.forward_engine_output "
+                           "is on); writing resumes by itself")
+            return
+        self.metrics.engine_log_state(st.ok, st.dropped_bytes)
+        if self._log_spell is None:
+            return
+        began, dropped = self._log_spell
+        dropped += st.dropped_bytes
+        if st.ok:
+            self._log_spell = None
+            log.info("engine_log.write_recovered", path=st.path, dropped_bytes=dropped,
+                     seconds=round(now - began, 3))
+        else:
+            self._log_spell = (began, dropped)
 
     def _engine_for(self, attempt: int) -> _Engine:
         assert self._engine is not None and self._engine.attempt == attempt
         return self._engine
+
+    async def _watch_family(self, eng: _Engine) -> None:
+        """Warn about engine processes that leave its session (setsid) as soon as they do: the
+        group kill would miss them; `EngineProcess.stop` kills them with the engine."""
+        while eng.proc.returncode is None and eng.stopping is None:
+            for e in await asyncio.to_thread(eng.proc.family.scan):
+                log.warning("engine.escaped_process", profile=eng.profile, pid=e.pid, comm=e.name,
+                            session=e.session,
+                            hint="it left the engine's session (setsid); it is stopped with "
+                                 "the engine")
+            await asyncio.sleep(ESCAPE_SCAN_S)
 
     async def _watch_exit(self, eng: _Engine) -> None:
         rc = await eng.proc.wait()
@@ -751,11 +829,14 @@ class Supervisor:
             self._fleet.on_engine_gone()  # a crash: out of the gateway before anything else
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
-        if eng.proc.group_members():
-            # The launcher is gone but part of its group lives on (holding GPU memory or the
-            # pipe): an engine is all of its processes.
-            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()])
+        escaped = await asyncio.to_thread(eng.proc.family.escapees, sweep=True)
+        if eng.proc.group_members() or escaped:
+            # The launcher is gone but part of its group (or a process that left it) lives on,
+            # holding GPU memory, its port or the pipe: an engine is all of its processes.
+            log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()]
+                        + [e.pid for e in escaped])
             result = await eng.proc.stop(0.0, self.config.timeouts.kill_s)
+            self._log_escaped(result.escaped)
             self._log_leftover(result.leftover)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
@@ -770,6 +851,12 @@ class Supervisor:
         self._stop_serving_tasks()
         clean = rc in clean_exit_codes(self.prep.version)
         self.feed(EngineExited(eng.attempt, rc, eng.proc.we_stopped, clean))
+
+    def _log_escaped(self, escaped: Sequence[Any]) -> None:
+        if escaped:
+            log.warning("engine.escapees_stopped",
+                        processes=", ".join(f"{p.pid}:{p.name}" for p in escaped),
+                        hint="engine processes outside its session (setsid) were killed with it")
 
     def _log_leftover(self, leftover: Sequence[Any]) -> None:
         if leftover:
@@ -804,6 +891,7 @@ class Supervisor:
             log.info("engine.stopped", profile=eng.profile, reason=reason,
                      returncode=result.returncode, drained=result.drained, killed=result.killed,
                      seconds=result.seconds)
+            self._log_escaped(result.escaped)
             self._log_leftover(result.leftover)
 
         eng.stopping = asyncio.ensure_future(stop())

@@ -104,6 +104,7 @@ def test_hang_during_weight_load_is_detected_and_falls_back(daemons: list[Daemon
 
 def test_engine_port_already_in_use_exits_temporary(daemons: list[Daemon], tmp_path: Path) -> None:
     data = config(tmp_path)
+    data["restart"]["temporary_wait_s"] = 2  # waited out, bounded; then 75
     with socket.socket() as squatter:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", data["engine"]["port"]))
@@ -111,6 +112,8 @@ def test_engine_port_already_in_use_exits_temporary(daemons: list[Daemon], tmp_p
         d = start(daemons, tmp_path, data)
         assert d.exit_code() == 75  # EX_TEMPFAIL: systemd retries later, no profile is blamed
     assert "READY=1" not in d.notes
+    assert any(n.startswith("STATUS=waiting: port_in_use") for n in d.notes)
+    assert d.engine_pids() == []  # never started an engine onto a busy port
     exit_ev = d.event("supervisor.exit")
     assert exit_ev["code"] == 75
     assert StateKnownBad(tmp_path).profiles() == set()
@@ -185,8 +188,11 @@ def test_gpu_memory_held_by_a_foreign_process_exits_temporary(daemons: list[Daem
     try:
         (fake / "pynvml.py").write_text(FAKE_NVML.format(pid=foreign.pid))
         pythonpath = os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])
-        d = start(daemons, tmp_path, config(tmp_path), env={"PYTHONPATH": pythonpath})
+        data = config(tmp_path)
+        data["restart"]["temporary_wait_s"] = 2
+        d = start(daemons, tmp_path, data, env={"PYTHONPATH": pythonpath})
         assert d.exit_code() == 75
+        assert any(n.startswith("STATUS=waiting: gpu_busy") for n in d.notes)
         busy = d.event("gpu.busy")
         assert str(foreign.pid) in json.dumps(busy)
         assert d.engine_pids() == []  # never started an engine onto a busy GPU

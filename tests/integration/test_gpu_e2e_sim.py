@@ -43,3 +43,32 @@ def test_gpu_e2e_sim_mode_runs_every_scenario(tmp_path: Path) -> None:
     assert sc["s6_tune"]["status"] in ("pass", "not run")
     assert (out / "report.md").read_text().startswith("# GPU end-to-end report (sim engine)")
     assert (out / "logs.tar.xz").stat().st_size > 0
+
+
+def test_seed_scenario_on_the_simulator_matches_the_real_capture_sequence(tmp_path: Path) -> None:
+    """qwen.yaml's ladder on the simulated seed shape reaches READY on `tuned` (minus SBO, which real
+    0.5.17 refuses on SM90) with the capture lines real SGLang logged for the tiny hybrid model
+    (tests/fixtures/sglang-0.5.17-h200-seed/tuned-without-sbo.engine.log)."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_E2E_PYTHON=sys.executable,
+               GPU_E2E_WORKDIR=str(tmp_path / "work"))
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu-e2e"), "--engine", "sim", "--budget-s", "150",
+                           "--probe-runs", "2", "--only", "seed",
+                           "--seed-drop", "enable-single-batch-overlap"],
+                          check=False, env=env, capture_output=True, text=True, timeout=300)
+    report = json.loads((out / "report.json").read_text())
+    sc = report["scenarios"]["s7_seed_shape"]
+    assert sc["status"] == "pass", (sc["checks"], proc.stdout[-2000:])
+    n = sc["numbers"]
+    assert n["ready"]["profile"] == "tuned"
+    fixture = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200-seed" / "tuned-without-sbo.engine.log"
+    real = fixture.read_text()
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+    import seedshape
+
+    assert n["capture_lines"] == seedshape.capture_sequence(real.splitlines()) == [
+        "target prefill begin", "target prefill end", "target verify begin", "target verify end",
+        "draft decode begin", "draft decode end", "draft extend begin", "draft extend end"]
+    assert n["prefill_graph_disabled"] == ["some layers do not apply Standard GQA"]
+    assert "profiles[0].args.enable-single-batch-overlap: True -> None" in n["adaptations"]
+    assert "engine.args.tp-size: 2 -> 1" in n["adaptations"]

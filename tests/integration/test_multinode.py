@@ -169,6 +169,6 @@ def test_gpu_e2e_is_ready_for_two_nodes_on_one_host(tmp_path) -> None:
                            "--nnodes", "2", "--dist-init-addr", "127.0.0.1", "--budget-s", "280"],
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    s7 = report["scenarios"]["s7_multinode"]
+    s7 = report["scenarios"]["s11_multinode"]
     assert proc.returncode == 0 and s7["status"] == "pass", proc.stdout[-2000:] + proc.stderr[-2000:]
     assert s7["numbers"]["worker_rank_kill_to_leader_engine_stopped_s"] < 10

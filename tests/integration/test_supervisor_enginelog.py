@@ -106,10 +106,10 @@ def test_write_errors_are_counted_not_raised(tmp_path: Path, monkeypatch: pytest
     log = RotatingByteLog(tmp_path / "engine.log", max_bytes=10_000, backups=1, clock=lambda: now[0])
     real_write = os.write
 
-    def disk_full(fd: int, data: bytes) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def io_error(fd: int, data: bytes) -> int:
+        raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "write", disk_full)
+    monkeypatch.setattr(os, "write", io_error)
     log.write(b"lost\n")
     log.write(b"lost too\n")  # within the retry pause: dropped without touching the disk
     assert log.errors == 1 and log.dropped_bytes == len(b"lost\nlost too\n")
@@ -117,7 +117,9 @@ def test_write_errors_are_counted_not_raised(tmp_path: Path, monkeypatch: pytest
     now[0] += 10
     log.write(b"back\n")
     log.close()
-    assert (tmp_path / "engine.log").read_bytes() == b"back\n"
+    assert (tmp_path / "engine.log").read_bytes() == (
+        b"[sglang-supervisor] 14 bytes of engine output are missing here: "
+        b"OSError: [Errno 5] Input/output error\nback\n")
 
 
 def run_pump(tmp_path: Path, payload: list[bytes], forward, queue: int = 100) -> tuple[

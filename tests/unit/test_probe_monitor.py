@@ -302,3 +302,34 @@ def test_a_probe_broken_by_our_own_stop_is_no_failure(monkeypatch: pytest.Monkey
     assert not [e for e in logs if e["log_level"] in ("warning", "error")]
     assert probes == [] and decisions == [] and mon.consecutive_failures == 0
     assert metrics.probe_runs.labels("failed")._value.get() == 0
+
+
+def test_an_explained_slowdown_is_logged_once_then_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Measured on the H200 (2026-12-01): a foreign matmul loop held decode at 46 % for a minute and
+    # `probe_regression_suspected` was logged every window. Here eager decode explains the slowdown
+    # for three windows; then the rate is back.
+    import itertools
+
+    engine = Engine([60.0, 58.0, 59.0, 57.0, 56.0, 55.0, 57.0, 56.0, 100.0, 100.0],
+                    eager_passes=(float(n) for n in itertools.count(0, 40)))
+    mon, decisions, metrics = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    with capture_logs() as logs:
+        out = ticks(mon, 6)
+    assert [type(d).__name__ for d in out] == ["NoAction", "NoAction", "Explained", "Explained", "Explained",
+                                               "NoAction"]
+    assert len(decisions) == 1 and isinstance(decisions[0][0], Explained)  # acted on (reported) once
+    suspected = [e["log_level"] for e in logs if e["event"] == "probe_regression_suspected"]
+    assert suspected == ["info", "debug", "debug", "debug"]
+    assert [e["event"] for e in logs if e["event"] in ("throughput_decision", "throughput_recovered")] == [
+        "throughput_decision", "throughput_recovered"]
+    end = next(e for e in logs if e["event"] == "throughput_recovered")
+    assert end["explained_by"] == ["eager_decode"] and end["median_tps"] == 100.0
+    assert metrics.explained.labels("eager_decode")._value.get() == 0
+
+
+def test_an_unexplained_episode_has_no_recovery_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine([100.0, 101.0, 99.0])
+    mon, _, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    with capture_logs() as logs:
+        ticks(mon, 3)
+    assert not [e for e in logs if e["event"] in ("throughput_recovered", "probe_regression_suspected")]

@@ -46,8 +46,6 @@ def test_nextn_tp2_verify_on_both_ranks_draft_decode_extend_on_tp0_only() -> Non
         "Capture target prefill end",
         "Capture target verify begin",
         "Capture target verify end",
-        "Capture draft prefill begin",
-        "Capture draft prefill end",
     ]
     draft = [
         "Capture draft decode begin",
@@ -57,6 +55,13 @@ def test_nextn_tp2_verify_on_both_ranks_draft_decode_extend_on_tp0_only() -> Non
     ]
     assert captures(tp0) == both + draft
     assert captures(tp1) == both
+    # The hybrid model's MTP draft has no prefill graph (real 0.5.17 on an H200,
+    # tests/fixtures/sglang-0.5.17-h200-seed): it says so on every rank, after the target's graphs.
+    for steps in (tp0, tp1):
+        text = logs(steps)
+        off = text.index("Disable prefill CUDA graph because some layers do not apply Standard GQA")
+        verify_end = max(i for i, t in enumerate(text) if t.startswith("Capture target verify CUDA graph e"))
+        assert off > verify_end
     assert tp0[-1].kind == "ready" and tp1[-1].kind == "ready"
     assert any(t.startswith("max_total_num_tokens=") for t in logs(tp0))
     assert not any(t.startswith("max_total_num_tokens=") for t in logs(tp1))
@@ -137,7 +142,22 @@ def test_failing_rank_sigquits_and_the_other_rank_waits() -> None:
 
 def test_draft_fault_hits_the_first_draft_graph() -> None:
     steps = script([*NEXTN, "--sim-fault", "capture-fail:draft"])
-    assert captures(steps)[-1] == "Capture draft prefill begin"
+    assert captures(steps)[-1] == "Capture draft decode begin"  # the hybrid MTP draft has no prefill graph
+    dense = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000", "--speculative-algorithm", "STANDALONE",
+             "--speculative-draft-model-path", "Qwen/Qwen3-0.6B", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    first_draft = captures(script([*dense, "--sim-fault", "capture-fail:draft"]))[-1]
+    assert first_draft == "Capture draft prefill begin"
+
+
+def test_dense_draft_captures_its_prefill_graph_and_hybrid_prefill_off_says_so_twice() -> None:
+    dense = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000", "--speculative-algorithm", "STANDALONE",
+             "--speculative-draft-model-path", "Qwen/Qwen3-0.6B", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    assert "Capture draft prefill end" in captures(script(dense))  # standalone_spec.log, 2026-11-29
+    off = [t for t in logs(script([*NEXTN, "--cuda-graph-backend-prefill", "disabled"]))
+           if t.startswith("Disable prefill CUDA graph because")]
+    assert len(off) == 2  # target, then the MTP draft (tuned-sbo-then-no-prefill-graph.engine.log)
 
 
 def test_kv_pool_that_does_not_fit() -> None:

@@ -137,9 +137,9 @@ class _Watch:
 async def _pump(proc: EngineProcess, watch: _Watch) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    assert proc.popen.stdout is not None
+    pipe = os.fdopen(proc.stdout_fd, "rb", buffering=0)  # the transport closes it
     transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), proc.popen.stdout
+        lambda: asyncio.StreamReaderProtocol(reader), pipe
     )
     try:
         while chunk := await reader.read(65536):

@@ -154,7 +154,20 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
     ("Unknown speculative algorithm name", FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
+    # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
+    # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
+    # torch's TCPStore (`EADDRINUSE`, `errno: 98`) and SGLang's own precheck of its derived ports
+    # (`Port is already in use. dist_init_port=...`, then `ValueError: port_base at 30001 is not
+    # available in 30 seconds. ...`). Not its progress line while it waits (`port 30001 is in use.
+    # Waiting for 11 seconds for port_base to be available. ...`): the port may still come free.
     ("Address already in use", FailureClass.PORT_IN_USE),
+    ("address already in use", FailureClass.PORT_IN_USE),
+    ("[Errno 98]", FailureClass.PORT_IN_USE),
+    ("errno: 98", FailureClass.PORT_IN_USE),
+    ("EADDRINUSE", FailureClass.PORT_IN_USE),
+    ("Port is already in use", FailureClass.PORT_IN_USE),
+    ("port_base at ", FailureClass.PORT_IN_USE),
+    ("_port at ", FailureClass.PORT_IN_USE),
     ("Fail when using backend: breakable for prefill runner", FailureClass.PREFILL_GRAPH_FAILED),
     ("Piecewise CUDA Graph failed with error", FailureClass.PREFILL_GRAPH_FAILED),
     ("Not enough memory. Please try to increase --mem-fraction-static", FailureClass.KV_CACHE_OOM),
@@ -177,6 +190,13 @@ SIGNATURE_GATE = (
     "Unknown",
     "removed",
     "Address",
+    "address",
+    "Errno",
+    "errno",
+    "EADDRINUSE",
+    "Port is",
+    "port_base at",
+    "_port at",
     "Fail",
     "failed",
     "memory",

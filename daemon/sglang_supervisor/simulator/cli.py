@@ -14,6 +14,7 @@ import contextlib
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -162,6 +163,13 @@ class Launcher:
         self.log.main(self._server_args_line())
         signal.signal(signal.SIGQUIT, self._launch_sigquit)
         env = dict(os.environ)
+        race = self.fault("port-race")
+        if race is not None and race.mode == "precheck":
+            return self._port_precheck_fails()
+        if self.fault("setsid-escape"):
+            # Waited for: its child (the runaway) is the orphan, not it.
+            subprocess.run([sys.executable, "-m", "sglang_supervisor.simulator.escape"],
+                           env=env, check=False)
         try:
             if cfg.nnodes > 1 and not self._rendezvous():
                 return 1
@@ -272,10 +280,14 @@ class Launcher:
             loop="asyncio",
         )
         self.uvicorn = uvicorn.Server(config)
+        race = self.fault("port-race")
+        stranger = self._port_race() if race is not None and race.mode == "uvicorn" else None
         serve_task = asyncio.create_task(self._uvicorn_serve(self.uvicorn))
         while not self.uvicorn.started:
             if serve_task.done():  # could not bind: uvicorn logged why; exit with its code
                 self.kill_children()
+                if stranger is not None:
+                    stranger.close()
                 return serve_task.result()
             await asyncio.sleep(0.01)
         if self.fault("ignore-sigterm"):
@@ -358,6 +370,34 @@ class Launcher:
         self._stopping = True
         self.kill_children()
         return 0 if stopped.done() else serve_task.result()
+
+    def _port_precheck_fails(self) -> int:
+        """SGLang's PortArgs.init_new (server_args.py): wait_port_available() on each derived
+        port, a ValueError after SGLANG_WAIT_PORT_TIMEOUT (30 s), logged, then fatal."""
+        base = self.cfg.port + 233  # SGLang derives them from dist_init_addr / the server port
+        self.sleep(30.0)
+        pkg = os.path.dirname(os.path.dirname(__file__))
+        self.log.main(f"Port is already in use. dist_init_port={base} port_base={base + 1} "
+                      f"detokenizer_port={base + 2} nccl_port={base + 3} "
+                      f"scheduler_input_port={base + 5}")
+        self.log.raw(
+            "Traceback (most recent call last):\n"
+            f'  File "{pkg}/sglang/srt/server_args.py", line 5873, in init_new\n'
+            '    wait_port_available(port_base, "port_base")\n'
+            f'  File "{pkg}/sglang/srt/utils/network.py", line 96, in wait_port_available\n'
+            "    raise ValueError(\n"
+            f"ValueError: port_base at {base + 1} is not available in 30 seconds. port_base at "
+            f"{base + 1} is not available\n")
+        return 1
+
+    def _port_race(self) -> socket.socket:
+        """Another listener on our port since the supervisor's preflight (fault `port-race`)."""
+        host = self.cfg.host or "0.0.0.0"
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, self.cfg.port))
+        s.listen()
+        return s
 
     @staticmethod
     async def _uvicorn_serve(srv: uvicorn.Server) -> int:

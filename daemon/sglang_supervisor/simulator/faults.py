@@ -17,6 +17,7 @@ from dataclasses import dataclass
 CAPTURE_PHASES = ("prefill", "decode", "verify", "draft", "draft-prefill", "draft-decode", "draft-extend")
 CAPTURE_MODES = ("oom", "error")
 HANG_STAGES = ("load", "capture", "serving")
+PORT_RACE_MODES = ("uvicorn", "precheck")
 CRASH_STAGES = ("load", "capture")
 
 GRAMMAR_HELP = """\
@@ -36,6 +37,13 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   ignore-sigterm                   SIGTERM is ignored (only SIGKILL stops it)
   slow-drain:S                     the SIGTERM drain takes S s more
   warmup-fail                      the warmup request fails after "Uvicorn running" (-9)
+  port-race[:uvicorn|:precheck]    a port lost to a race. uvicorn (default): another listener takes
+                                   the HTTP port just before uvicorn binds it: uvicorn's bind error,
+                                   exit 3 (the listener goes with us). precheck: SGLang's check of
+                                   its derived ports fails at launch (`Port is already in use.`,
+                                   ValueError), exit 1
+  setsid-escape                    a child calls setsid(), forks, and its grandchild keeps running
+                                   outside the engine's session, holding a TCP port (logged)
   echo-hostile[@S]                 S s after ready, requests whose prompts and outputs quote
                                    failure/crash/capture/ready lines are echoed like
                                    --log-requests does (in its --log-requests-level/-format)
@@ -82,6 +90,8 @@ _KINDS = (
     "ignore-sigterm",
     "slow-drain",
     "warmup-fail",
+    "port-race",
+    "setsid-escape",
     "echo-hostile",
 )
 _TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile"}
@@ -169,6 +179,10 @@ def parse_fault(spec: str) -> Fault:
         if factor <= 0 or factor == 1:
             raise FaultSpecError(f"fault {spec!r}: FACTOR must be > 0 and != 1 (0.5 halves, 2 halves too)")
         return Fault(kind, factor=factor, rank=rank, when=tw, at_s=at_s)
+    if kind == "port-race":
+        nargs(0, 1, "port-race[:uvicorn|:precheck]")
+        mode = _one_of(spec, "port race", args[0], PORT_RACE_MODES) if args else "uvicorn"
+        return Fault(kind, mode=mode, rank=rank, when=tw, at_s=at_s)
     if kind == "slow-drain":
         nargs(1, 1, "slow-drain:SECONDS")
         return Fault(kind, seconds=_seconds(spec, args[0]), rank=rank, when=tw, at_s=at_s)

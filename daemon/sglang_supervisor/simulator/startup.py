@@ -1,7 +1,8 @@
 """The timed startup script of one simulated TP rank: a pure list of steps.
 
 Order (SGLang's scheduler init): torch distributed, target weights, draft weights, memory pools,
-target prefill graph, target decode (or verify) graph, draft prefill/decode/extend graphs, then the
+target prefill graph, target decode (or verify) graph, draft prefill/decode/extend graphs (a hybrid
+model's MTP draft logs why it has no prefill graph instead), then the
 `max_total_num_tokens=` line on TP0. Progress bars and the draft decode/extend lines print on
 TP0 only, as in SGLang (`log_info_on_rank0`). Durations are unscaled simulated seconds.
 """
@@ -84,6 +85,8 @@ OOM_TEXT = (
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
     "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
 )
+# Real 0.5.17's reason for the hybrid (Qwen3.5/3.6) MTP draft's prefill graph.
+DRAFT_PREFILL_OFF_HYBRID = "some layers do not apply Standard GQA"
 CAPTURE_ERROR_TEXT = (
     "CUDA error: operation not permitted when stream is capturing\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
@@ -471,7 +474,13 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
 def _draft_graphs(p: _Phases, bs: list[int], draft_prefill: bool, legacy: bool) -> None:
     cfg = p.cfg
     t = capture_timings(cfg)
-    if draft_prefill and not legacy:
+    if cfg.hybrid and not legacy:
+        # Measured with real 0.5.17 on an H200 (tests/fixtures/sglang-0.5.17-h200-seed): the MTP
+        # draft of a Qwen3.5/3.6 hybrid never captures a prefill graph; its prefill runner says why,
+        # on the same spot whether the target's prefill graph is on (breakable) or off.
+        reason = DRAFT_PREFILL_OFF_HYBRID if draft_prefill else cfg.prefill_disabled_reason
+        p.log(f"Disable prefill CUDA graph because {reason}")
+    elif draft_prefill and not legacy:
         desc = [
             f"{cfg.spec.prefill_progress} (num_tokens={n} avail_mem={p.avail:.2f} GB)"
             for n in reversed(PREFILL_NUM_TOKENS)

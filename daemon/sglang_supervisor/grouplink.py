@@ -38,7 +38,13 @@ from starlette.routing import Route
 from sglang_supervisor.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config
 from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
-from sglang_supervisor.events import CaptureEnded, EngineEvent, EngineFailed, FailureClass
+from sglang_supervisor.events import (
+    CaptureEnded,
+    EngineEvent,
+    EngineFailed,
+    FailureClass,
+    PrefillGraphDisabled,
+)
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.group import (
     MAX_REPORT_BYTES,
@@ -96,8 +102,11 @@ class LeaderLink:
     """`GET /group`, `POST /group/report` on `group.link`."""
 
     def __init__(self, settings: GroupSettings, view: Callable[[], View],
-                 engine_running: Callable[[], bool], on_failure: Callable[[MemberFailed], None]) -> None:
+                 engine_running: Callable[[], bool], on_failure: Callable[[MemberFailed], None],
+                 on_progress: Callable[[], None] = lambda: None) -> None:
         self.settings = settings
+        self._on_progress = on_progress
+        self._progress: dict[int, tuple[int | None, str, int]] = {}
         self.book = LeaderBook(settings.nnodes)
         self._view = view
         self._engine_running = engine_running
@@ -126,6 +135,13 @@ class LeaderLink:
             failure = self.book.on_report(report, self._engine_running())
             if failure is not None:
                 self._on_failure(failure)
+            elif report.generation == self.book.generation:
+                # A worker node's start-up moving (state or captures) is the group's log moving:
+                # the leader's stall timer must not blame its own quiet engine for it.
+                mark = (report.generation, report.state, report.captures_ended)
+                if self._progress.get(report.node_rank) != mark:
+                    self._progress[report.node_rank] = mark
+                    self._on_progress()
             return Response(self._view().to_json(), media_type="application/json")
 
         return Starlette(routes=[Route("/group", get_view),
@@ -289,6 +305,11 @@ class WorkerNode:
         for ev in events:
             if isinstance(ev, CaptureEnded):
                 eng.ended.add((ev.owner, ev.phase, ev.rank))
+            elif isinstance(ev, PrefillGraphDisabled):
+                # As the leader's lifecycle does: the engine decided against prefill graphs on
+                # that rank (or on every rank, unprefixed): do not wait for them.
+                eng.expected = frozenset(k for k in eng.expected if not (
+                    k[1] in ("prefill", "piecewise") and (ev.rank is None or k[2] == ev.rank)))
             elif isinstance(ev, EngineFailed):
                 eng.failures.append(ev)
 

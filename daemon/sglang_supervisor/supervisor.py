@@ -323,7 +323,8 @@ class Supervisor:
         # Multi-node leader (node 0 of a group): the link its worker nodes call (grouplink.py).
         group = self.config.group
         self._group: LeaderLink | None = (
-            LeaderLink(group, self._group_view, self._group_engine_running, self._group_member_failed)
+            LeaderLink(group, self._group_view, self._group_engine_running, self._group_member_failed,
+                       self._group_progress)
             if group is not None and group.leader else None)
         # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
         self._log_spell: tuple[float, int] | None = None
@@ -1021,6 +1022,9 @@ class Supervisor:
         assert self.config.group is not None and self._group is not None
         return View(self.lifecycle.attempt, self.lifecycle.profile, engine,  # type: ignore[arg-type]
                     self.config.group.restart, dict(self._group.book.claimed))
+
+    def _group_progress(self) -> None:
+        self._last_output = time.monotonic()  # the stall timer watches the whole group's start
 
     def _group_engine_running(self) -> bool:
         return self._engine is not None and self._engine.stopping is None

@@ -60,3 +60,14 @@ def test_the_dummy_server_line_marks_the_node_up_only_as_a_log_line() -> None:
     assert not p.dummy_seen
     p.feed_line("[2026-12-01 10:00:01] Starting dummy health check server at 0.0.0.0:30000")
     assert p.dummy_seen
+
+
+def test_worker_progress_keeps_the_leaders_stall_timer_alive_once_per_change() -> None:
+    moves: list[int] = []
+    link = LeaderLink(SETTINGS, lambda: View(3, "fast", "starting", "group", {}), lambda: True,
+                      lambda f: None, lambda: moves.append(1))
+    link.book.new_generation(3)
+    for captures in (0, 0, 1, 1, 2):
+        asyncio.run(post(link, Report(1, "w1", 3, "starting", None, "", captures, 2).to_json()))
+    asyncio.run(post(link, Report(1, "w1", 2, "starting", None, "", 5, 5).to_json()))  # old generation
+    assert len(moves) == 3

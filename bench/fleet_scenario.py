@@ -11,7 +11,8 @@ and how long after the supervisor's READY the replica was healthy in GET /worker
 
 Used by the `fleet` test tier (tests/fleet/) and by `bench/fleet_scenario.py` directly, which
 prints a docs/PERFORMANCE.md section:
-    .venv/bin/python bench/fleet_scenario.py [--router-python .cache/fleet/router/bin/python]
+    .venv/bin/python bench/fleet_scenario.py [--router-python PYTHON]
+(default: the router venv the fleet tier caches, ~/.cache/sglang-supervisor-tests/fleet/router)
 Everything listens on 127.0.0.1 (the gateway's --host and --prometheus-host included) and the
 model is a local path with HF_HUB_OFFLINE=1, so nothing leaves the machine.
 """
@@ -40,8 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from supervised import Daemon, base_config, free_port  # noqa: E402
+from tiers import cache_dir  # noqa: E402
 
-ROUTER_VENV = ROOT / ".cache" / "fleet" / "router"
+ROUTER_VENV = cache_dir("fleet") / "router"  # the fleet tier builds it
 MODEL = ROOT / "tests" / "fixtures" / "models" / "qwen3.6-27b-like"
 HEALTH_INTERVAL_S = 1.0
 CLIENT_PERIOD_S = 0.1

@@ -7,6 +7,7 @@ silently skipped there would hide a broken install step.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +21,12 @@ def require(condition: bool, reason: str) -> None:
     if REQUIRE_ALL:
         pytest.fail(f"prerequisite missing in CI (SGLANG_SUPERVISOR_REQUIRE_ALL_TIERS=1): {reason}")
     pytest.skip(reason)
+
+
+def cache_dir(tier: str) -> Path:
+    """Where a tier keeps the venvs it builds from PyPI (the real sglang wheels, the gateway):
+    outside the checkout, so a fresh clone on the same machine (CI's) reuses them instead of
+    rebuilding gigabytes. $SGLANG_SUPERVISOR_TEST_CACHE overrides; else the XDG cache directory."""
+    base = os.environ.get("SGLANG_SUPERVISOR_TEST_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sglang-supervisor-tests")
+    return Path(base) / tier

@@ -18,6 +18,7 @@ DEFAULT_CONFIG = "/etc/sglang-supervisor/qwen.yaml"
 
 EXIT_CODES_HELP = """exit codes:
   0   clean stop
+  1   internal error of the supervisor (logged and counted; no profile is blamed)
   2   usage error
   69  every profile of the fallback ladder failed
   75  temporary: GPU held by a foreign process, port busy (systemd may retry)
@@ -59,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-known-bad", action="store_true",
                    help="ignore remembered known-bad profiles for this start")
 
+    p = sub.add_parser(
+        "forget", help="clear one model's memory of failed profiles: the next start tries them again",
+        epilog="exit status: 0 done (or nothing to forget), 2 no such profile, 78 configuration "
+        "error, 1 the state file cannot be written (run as root or the service user)")
+    _add_config(p)
+    p.add_argument("--profile", "-p", metavar="P",
+                   help="forget only this profile's failures (default: every failure record and the "
+                   "last good profile, so the next start climbs the ladder from the top)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("check", help="validate a configuration (exit 0 or 78)")
     _add_config(p)
     p.add_argument("--sglang-version", metavar="V",
@@ -77,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("logscan", help="explain a saved SGLang log: ready? capture? why did it fail?")
     p.add_argument("files", nargs="+", metavar="FILE", help="engine log file(s); - for stdin")
     p.add_argument("--json", action="store_true", help="one JSON object per file")
+    p.add_argument("--run", type=int, default=None, metavar="N",
+                   help="a log file holding several engine starts: summarise run N (1 = the first; "
+                   "-1 = the last, the default); the others are listed")
+    p.add_argument("--explain", action="store_true",
+                   help="also print the failure's line and what the supervisor would do about it: "
+                   "the fallback profile the configuration's remediation rules pick")
+    p.add_argument("--config", "-c", default=DEFAULT_CONFIG, metavar="FILE",
+                   help="the configuration whose remediation rules --explain applies; "
+                   f"default {DEFAULT_CONFIG}")
 
     p = sub.add_parser("demo", help="run the supervisor on the SGLang simulator, in the foreground",
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

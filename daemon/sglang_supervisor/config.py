@@ -19,7 +19,15 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 import structlog
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from sglang_supervisor.events import FailureClass
@@ -29,12 +37,12 @@ ArgScalar = str | int | float | bool
 # A flag's value: true = bare flag, false/null = left out, a list = several values (nargs).
 ArgValue = ArgScalar | list[str | int | float] | None
 
-PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")  # \Z: `$` lets "name\n" in
 
 
-FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.+-]?[A-Za-z0-9.+-]*)?$")
+FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.+-]?[A-Za-z0-9.+-]*)?\Z")
 
 # Flags the supervisor sets itself: written in args they would fight with the typed settings.
 RESERVED_FLAGS: dict[str, str] = {
@@ -49,6 +57,28 @@ RESERVED_FLAGS: dict[str, str] = {
 }
 
 
+# Upper bounds: every value `check` accepts must be one `run` can use (timers, EXTEND_TIMEOUT_USEC).
+WEEK_S = 7 * 24 * 3600.0
+YEAR_S = 365 * 24 * 3600.0
+# A Hugging Face model id: `name` or `org/name` (letters, digits, '-', '_', '.'; no '..').
+HF_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
+
+
+def _control_chars(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def _path_text(v: str, what: str) -> str:
+    """A path, host or command word: empty or with control characters (a NUL ends `run` at
+    exec time; a newline hides in logs) is refused at `check` time."""
+    if not v.strip():
+        raise FixableValueError(f"{what} is empty", f"write the {what} or remove the key for its default")
+    if _control_chars(v):
+        raise FixableValueError(f"{what} {v[:60]!r} contains control characters",
+                                "remove them (an escape like \\n in a double-quoted YAML string?)")
+    return v
+
+
 class FixableValueError(ValueError):
     """A validator's verdict with the fix kept apart, so the report can print both."""
 
@@ -59,7 +89,8 @@ class FixableValueError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML `true` is no number and "10" no int; no inf/nan: every timeout must be usable.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _flag_name_error(key: str) -> FixableValueError | None:
@@ -79,6 +110,9 @@ def _flag_name_error(key: str) -> FixableValueError | None:
 def _arg_value_error(key: object, value: object) -> FixableValueError | None:
     items = value if isinstance(value, list) else [value]
     for item in items:
+        if isinstance(item, str) and "\0" in item:
+            return FixableValueError(f"flag {key!s}: the value contains a NUL character",
+                                     "no command-line argument can hold one; remove it")
         in_list = isinstance(value, list)
         if isinstance(item, dict | list) or (in_list and (item is None or isinstance(item, bool))):
             return FixableValueError(
@@ -95,6 +129,9 @@ def _env_value_error(key: object, value: object) -> FixableValueError | None:
     if isinstance(value, bool):
         return FixableValueError(f"env {key!s}: {value!r} is a YAML boolean, not a string",
                                  'quote the value you mean, e.g. "1" or "true"')
+    if isinstance(value, str) and "\0" in value:
+        return FixableValueError(f"env {key!s}: the value contains a NUL character",
+                                 "no environment variable can hold one; remove it")
     return None
 
 
@@ -219,8 +256,25 @@ class EngineSettings(_ArgsAndEnv):
     api_key_file: str | None = None
     api_key_credential: str | None = None
     log_file: str = "/var/log/sglang-supervisor/engine.log"
-    log_max_bytes: Annotated[int, Field(ge=1024)] = 100 * 1024 * 1024
+    log_max_bytes: Annotated[int, Field(ge=1024, le=1 << 40)] = 100 * 1024 * 1024
     log_backups: Annotated[int, Field(ge=0, le=100)] = 5
+
+    @field_validator("command")
+    @classmethod
+    def _command_words(cls, v: list[str]) -> list[str]:
+        for word in v:
+            _path_text(word, "command word")
+        return v
+
+    @field_validator("model_path", "host", "log_file")
+    @classmethod
+    def _plain_text(cls, v: str, info: ValidationInfo) -> str:
+        return _path_text(v, str(info.field_name).replace("_", " "))
+
+    @field_validator("interpreter", "api_key_file")
+    @classmethod
+    def _optional_path(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else _path_text(v, str(info.field_name).replace("_", " "))
 
     @field_validator("version")
     @classmethod
@@ -276,37 +330,40 @@ class Profile(_ArgsAndEnv):
 
 
 class Timeouts(_Strict):
-    stall_s: Annotated[float, Field(gt=0)] = 600.0  # no engine output while starting -> hang
-    start_s: Annotated[float, Field(gt=0)] = 3600.0  # a whole start, however lively the log
-    ready_probe_s: Annotated[float, Field(gt=0)] = 120.0  # the first probe that gates READY
-    drain_s: Annotated[float, Field(ge=0)] = 30.0  # SIGTERM -> SIGKILL of the engine's group
-    kill_s: Annotated[float, Field(gt=0)] = 10.0  # SIGKILL -> every process gone
-    gpu_release_s: Annotated[float, Field(ge=0)] = 60.0  # wait for the old engine's GPU memory
-    health_interval_s: Annotated[float, Field(gt=0)] = 10.0  # liveness check while serving
-    health_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # one check's timeout
-    health_failures: Annotated[int, Field(ge=1)] = 3  # failed checks in a row -> wedged
+    stall_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 600.0  # no engine output while starting -> hang
+    start_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 3600.0  # a whole start, however lively the log
+    ready_probe_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 120.0  # the first probe that gates READY
+    drain_s: Annotated[float, Field(ge=0, le=WEEK_S)] = 30.0  # SIGTERM -> SIGKILL of the engine's group
+    kill_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 10.0  # SIGKILL -> every process gone
+    gpu_release_s: Annotated[float, Field(ge=0, le=WEEK_S)] = 60.0  # wait for the old engine's GPU memory
+    health_interval_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 10.0  # liveness check while serving
+    health_timeout_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 30.0  # one check's timeout
+    health_failures: Annotated[int, Field(ge=1, le=1000)] = 3  # failed checks in a row -> wedged
 
 
 class RestartPolicy(_Strict):
-    same_profile_retries: Annotated[int, Field(ge=0)] = 1  # crash after ready: same profile again
-    backoff_s: Annotated[float, Field(ge=0)] = 2.0  # pause before a relaunch
-    known_bad_ttl_s: Annotated[float, Field(ge=0)] = 7 * 24 * 3600.0  # forget a bad profile after
+    same_profile_retries: Annotated[int, Field(ge=0, le=100)] = 1  # crash after ready: same profile again
+    backoff_s: Annotated[float, Field(ge=0, le=WEEK_S)] = 2.0  # pause before a relaunch
+    known_bad_ttl_s: Annotated[float, Field(ge=0, le=YEAR_S)] = WEEK_S  # forget a bad profile after
+    # A profile that failed for a reason that may be transient (hang, wedge, timeouts, a killed
+    # rank) is tried again after this long; each failure in a row doubles the wait (wayback.py).
+    transient_retry_s: Annotated[float, Field(ge=0, le=YEAR_S)] = 3600.0
     # Port busy / GPU held by a stranger: wait this long (in all) for it to clear, then exit 75.
     # Longer than a third of systemd's StartLimitIntervalSec=1h, so repeated 75s never trip the
     # start limit (StartLimitBurst=4).
-    temporary_wait_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1200.0
+    temporary_wait_s: Annotated[float, Field(ge=0, le=WEEK_S, allow_inf_nan=False)] = 1200.0
 
 
 class ProbeSettings(_Strict):
     enabled: bool = True
-    interval_s: Annotated[float, Field(gt=0)] = 300.0
-    input_tokens: Annotated[int, Field(ge=1)] = 256
-    max_new_tokens: Annotated[int, Field(ge=2)] = 128
-    timeout_s: Annotated[float, Field(gt=0)] = 120.0
-    baseline_runs: Annotated[int, Field(ge=1)] = 3
+    interval_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 300.0
+    input_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 256
+    max_new_tokens: Annotated[int, Field(ge=2, le=100_000)] = 128
+    timeout_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 120.0
+    baseline_runs: Annotated[int, Field(ge=1, le=1000)] = 3
     regression_delta: Annotated[float, Field(gt=0, lt=1)] = 0.15
-    regression_window: Annotated[int, Field(ge=1)] = 3
-    cooldown_s: Annotated[float, Field(ge=0)] = 3600.0
+    regression_window: Annotated[int, Field(ge=1, le=1000)] = 3
+    cooldown_s: Annotated[float, Field(ge=0, le=YEAR_S)] = 3600.0
     act_on_regression: bool = True
 
 
@@ -357,6 +414,11 @@ class GatewaySettings(_Strict):
         if v is not None and not re.match(r"^https?://[^/\s]+(/[^\s]*)?$", v):
             raise FixableValueError(f"{v!r} is not an http(s) URL",
                                     "write e.g. http://10.0.0.5:30080 (scheme, host and port)")
+        if v is not None and "@" in v.split("/", 3)[2]:
+            # Both URLs are printed in log lines and /status: never with a password in them.
+            raise FixableValueError("the URL holds credentials (user:password@), which would be "
+                                    "printed in logs and /status",
+                                    "remove them; put the gateway's key into gateway.api_key_file")
         return v.rstrip("/") if v is not None else v
 
     @property
@@ -389,6 +451,16 @@ class Config(_Strict):
     runtime_dir: str | None = None
     # A multi-node group (group.py): this node's rank, the leader's addresses, the restart mode.
     group: GroupSettings | None = None
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir_text(cls, v: str) -> str:
+        return _path_text(v, "state directory")
+
+    @field_validator("runtime_dir")
+    @classmethod
+    def _runtime_dir_text(cls, v: str | None) -> str | None:
+        return None if v is None else _path_text(v, "runtime directory")
 
     @field_validator("name")
     @classmethod
@@ -432,12 +504,29 @@ class ConfigProblem:
         return f"{where}: {self.problem}\n    fix: {self.fix}"
 
 
+# A hostile file must not produce an unbounded report (journal, terminal, --json).
+MAX_PROBLEMS = 50
+MAX_PROBLEM_CHARS = 300
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS - 3] + "..."
+
+
+def _bounded(problems: list[ConfigProblem]) -> list[ConfigProblem]:
+    out = [ConfigProblem(_clip(p.path), _clip(p.problem), _clip(p.fix)) for p in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        out.append(ConfigProblem("", f"{len(problems) - MAX_PROBLEMS} more problems not shown",
+                                 "fix the ones above first"))
+    return out
+
+
 class ConfigError(Exception):
     """An invalid configuration. `str()` is the report for humans; `problems` the data for --json."""
 
     def __init__(self, problems: list[ConfigProblem], source: str = "configuration") -> None:
-        self.problems = problems
-        self.source = source
+        self.problems = _bounded(problems)
+        self.source = _clip(source)
         super().__init__(self.report())
 
     def report(self) -> str:
@@ -518,11 +607,58 @@ def _yaml_error(exc: yaml.YAMLError, source: str, text: str) -> ConfigProblem:
     )
 
 
+# A configuration is a few hundred values; aliases may repeat a block, not multiply it a billion
+# times ("billion laughs": pydantic would walk every copy).
+MAX_CONFIG_BYTES = 256 << 10  # qwen.yaml, comments and all, is 8 KiB; PyYAML parses ~50 KiB/s
+MAX_EXPANDED_NODES = 50_000
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes the document has once every alias is expanded (memoised: linear in the graph);
+    stops counting past MAX_EXPANDED_NODES. A cycle raises RecursionError like the constructor."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise RecursionError("an alias refers to itself")
+        active.add(key)
+        total = 1
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                children += [k, v]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        for child in children:
+            total += size(child)
+            if total > MAX_EXPANDED_NODES:
+                break
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
 def _read_yaml(text: str, source: str) -> tuple[object, list[ConfigProblem]]:
     loader: _Loader | None = None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError([ConfigProblem("", f"the file holds {len(text)} characters; a configuration "
+                                         f"is a few KiB (limit {MAX_CONFIG_BYTES})",
+                                         "point --config at the supervisor's YAML file")], source)
     try:
         loader = _Loader(text)  # the reader already rejects control characters here
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node) > MAX_EXPANDED_NODES:
+            raise ConfigError([ConfigProblem(
+                "", f"aliases expand the document to more than {MAX_EXPANDED_NODES} values",
+                "use anchors and aliases (&name, *name) for a few shared blocks, not nested repeats")],
+                source)
+        data = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError([_yaml_error(exc, source, text)], source) from None
     except RecursionError:
@@ -666,6 +802,9 @@ def _error_problem(err: ErrorDetails, loc: tuple[str | int, ...]) -> ConfigProbl
     for prefix, fix in _TYPE_FIXES.items():
         if kind.startswith(prefix):
             return ConfigProblem(path, f"{msg}; got {_short(err.get('input'))}", fix)
+    if kind == "finite_number":
+        return ConfigProblem(path, f"{_short(err.get('input'))} is not a finite number",
+                             "write a number (.inf and .nan cannot be used as a duration or count)")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         return ConfigProblem(path, f"{msg}; got {_short(err.get('input'))}",
                              "set a value in the allowed range")
@@ -842,9 +981,35 @@ def _key_file_problems(key_file: str | None, path: str) -> list[ConfigProblem]:
     return []
 
 
+def model_path_problems(model: str) -> list[ConfigProblem]:
+    """A local model must exist where the supervisor's user looks (else every profile would fail
+    to load it and be remembered as bad). A Hugging Face id (`org/name`) is downloaded by SGLang."""
+    path = "engine.model_path"
+    local = model.startswith(("/", "./", "../", "~")) or not HF_ID.match(model)
+    if not local or os.path.exists(os.path.expanduser(model)):
+        return []
+    if not os.path.isabs(os.path.expanduser(model)) and not model.startswith(("./", "../", "~")):
+        return [ConfigProblem(path, f"{model!r} is neither a local path nor a Hugging Face id",
+                              "write the absolute path of the weights directory, or a Hugging Face "
+                              "id such as Qwen/Qwen3-8B")]
+    try:
+        os.stat(os.path.expanduser(model))
+        why = "cannot be read"
+    except FileNotFoundError:
+        why = "does not exist"
+    except PermissionError:
+        why = "cannot be reached by this user (permission denied)"
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror})"
+    return [ConfigProblem(path, f"{model} {why}",
+                          "download the weights there or fix the path (a Hugging Face id such as "
+                          "Qwen/Qwen3-8B is downloaded instead)")]
+
+
 def semantic_problems(config: Config) -> list[ConfigProblem]:
-    """Checks that need the whole configuration (and the API key file's metadata)."""
-    return [*_profile_problems(config), *_remediation_problems(config), *_secret_problems(config)]
+    """Checks that need the whole configuration (and the API key file's and model's metadata)."""
+    return [*_profile_problems(config), *_remediation_problems(config), *_secret_problems(config),
+            *model_path_problems(config.engine.model_path)]
 
 
 # ---- entry points ---------------------------------------------------------------------------
@@ -912,7 +1077,8 @@ def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None]
     """Read and validate a configuration file. Warnings go to `on_warning` (default: the log)."""
     source = str(path)
     try:
-        raw = Path(path).read_bytes()
+        with Path(path).open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # a device or a huge file is not read whole
     except OSError as exc:
         raise ConfigError([ConfigProblem("", f"cannot read {source}: {exc.strerror}",
                                          "pass an existing file with --config, e.g. "

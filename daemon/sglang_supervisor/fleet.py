@@ -26,7 +26,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from sglang_supervisor.config import GatewaySettings
 from sglang_supervisor.gateway import PROBLEMS, GatewayAnswer, GatewayClient
-from sglang_supervisor.rotation import Registration, backoff_s, drained, parse_registration
+from sglang_supervisor.rotation import (
+    Registration,
+    advertise_problem,
+    backoff_s,
+    drained,
+    parse_registration,
+)
+from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -52,6 +59,10 @@ def read_gateway_key(path: str | None) -> str | None:
     text = Path(path).read_text(encoding="utf-8").strip()
     if not text or "\n" in text:
         raise ValueError(f"{path} must hold the gateway API key on one line")
+    # Redacted from every log like the engine's key (a gateway may quote it): the same length rule.
+    problem = api_key_problem(text)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; {KEY_FIX} (also as the gateway's --api-key)")
     return text
 
 
@@ -100,6 +111,11 @@ class GatewayAgent:
 
     def start(self) -> None:
         """A registration left by a previous run (crash, SIGKILL) is removed in the background."""
+        problem = advertise_problem(self.gateway_url, self.engine_url)
+        if problem is not None:
+            log.warning("gateway.advertise_loopback", problem=problem,
+                        fix="set gateway.advertise_url to a URL of this engine that the gateway "
+                            "can reach (e.g. http://<this host's address>:<engine.port>)")
         stale = self._load_record()
         if stale is not None:
             self._stale_task = self._in_background(self._remove_stale(stale))
@@ -254,8 +270,13 @@ class GatewayAgent:
 
     async def _await_removal(self, deadline: float) -> None:
         """DELETE is a job: wait (bounded) until GET /workers no longer lists our URL."""
-        while time.monotonic() < deadline:
-            answer = await self.client.workers()
+        while (left := deadline - time.monotonic()) > 0:
+            # Within what is left of drain_s: a gateway that lists slowly (each call may take
+            # gateway.timeout_s) must not stretch the documented stop bound.
+            try:
+                answer = await asyncio.wait_for(self.client.workers(), left)
+            except asyncio.TimeoutError:
+                return
             self._count("list", answer)
             if not answer.ok:
                 return  # cannot tell; the in-flight wait still protects the requests

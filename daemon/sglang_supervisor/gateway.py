@@ -82,7 +82,8 @@ def _failure(status: int, body: bytes, *, on_404: Problem = "rejected") -> Gatew
 def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a deeply nested answer well inside the size cap (not a ValueError).
         return None
 
 

@@ -38,6 +38,7 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
+from sglang_supervisor.logframing import unframe
 from sglang_supervisor.secretforms import expand
 
 MAX_LINE_BYTES = 64 * 1024
@@ -155,6 +156,7 @@ class _Block:
     request: bool = False
     best: tuple[FailureClass, int, str] | None = None
     last_exception: tuple[int, str] | None = None
+    cut_frame: str | None = None  # a `File "..."` line a terminal wrapped before its `, in f`
 
 
 @dataclass
@@ -211,12 +213,15 @@ class LogParser:
         if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
             self._prev_unmatched = (line_no, rank, msg)
             return []
+        # A stats line may go on in the next line (a terminal wrapped it): keep it for a join.
         if msg.startswith(P.DECODE_KEY):
-            self._prev_unmatched = None
-            return [_decode_stats(msg, rank, line_no)]
+            stats: EngineEvent = _decode_stats(msg, rank, line_no)
+            self._prev_unmatched = (line_no, rank, msg)
+            return [stats]
         if msg.startswith(P.PREFILL_KEY):
-            self._prev_unmatched = None
-            return [_prefill_stats(msg, rank, line_no)]
+            stats = _prefill_stats(msg, rank, line_no)
+            self._prev_unmatched = (line_no, rank, msg)
+            return [stats]
         return self._message(msg, rank, line_no, headed=True)
 
     def finish(self) -> list[EngineEvent]:
@@ -227,6 +232,8 @@ class LogParser:
     def _parse(self, text: str, line_no: int) -> list[EngineEvent]:
         if "\x1b" in text:
             text = P.ANSI.sub("", text)
+        if not text.startswith("["):
+            text = unframe(text)  # a viewer's borders or a wrapper's prefix (logframing)
         events: list[EngineEvent] = []
         m = P.HEADER.match(text)
         if m is None and "[" in text:
@@ -256,6 +263,8 @@ class LogParser:
             return []
         if _is_echo(stripped):  # an echo printed without a header is an echo all the same
             return self._echo(stripped)
+        if stripped == P.KILLED_LINE:
+            return self._crash(stripped, None, line_no)
         if self._block is not None:
             return self._in_block(text, stripped, line_no)
         if _is_progress(stripped):
@@ -263,11 +272,15 @@ class LogParser:
         if stripped.startswith(P.TRACEBACK_START) or P.EXCEPTION_LINE.match(stripped):
             return self._message(stripped, None, line_no, headed=False)
         events = self._message(stripped, None, line_no, headed=False)
-        if not events and self._prev_unmatched is not None and not text[:1].isspace():
+        prev = self._prev_unmatched
+        # An indented line is a traceback's, except after a stats line: there it is the rest of
+        # the line, wrapped at a space.
+        if not events and prev is not None and (not text[:1].isspace() or _is_stats_line(prev[2])):
             # A long line wrapped by a terminal: parse it joined with the line before.
-            prev_no, prev_rank, prev_msg = self._prev_unmatched
+            prev_no, prev_rank, prev_msg = prev
             self._prev_unmatched = None
-            joined = self._message(prev_msg + stripped, prev_rank, prev_no, headed=True)
+            rest = text.rstrip()
+            joined = self._message(prev_msg + rest, prev_rank, prev_no, headed=True)
             if not joined:
                 joined = self._message(prev_msg + " " + stripped, prev_rank, prev_no, headed=True)
             return joined
@@ -281,8 +294,8 @@ class LogParser:
             self._request_error_at = line_no
             return []
         events = self._recognise(msg, rank, line_no)
-        if headed:
-            self._prev_unmatched = None if events else (line_no, rank, msg)
+        if headed:  # stats lines stay joinable: a terminal may have wrapped them (see _headed)
+            self._prev_unmatched = None if events and not _may_go_on(events[0]) else (line_no, rank, msg)
         return events
 
     def _recognise(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
@@ -297,11 +310,13 @@ class LogParser:
             ev = self._capture(msg, rank, line_no)
             if ev is not None:
                 return [ev]
-        if msg.startswith((P.SCHEDULER_EXCEPTION, P.TRACEBACK_START)):
+        tp_exception = msg.startswith(P.TP_EXCEPTIONS)
+        if msg.startswith((P.SCHEDULER_EXCEPTION, P.TRACEBACK_START)) or tp_exception:
             if self._block is not None and msg.startswith(P.TRACEBACK_START):
                 return [TracebackLine(line_no, rank, self._redact(msg))]  # a chained traceback
             closed = self._close_block()
-            self._block = _Block(line_no, rank, scheduler=msg.startswith(P.SCHEDULER_EXCEPTION),
+            self._block = _Block(line_no, rank,
+                                 scheduler=msg.startswith(P.SCHEDULER_EXCEPTION) or tp_exception,
                                  request=self._request_error_at == line_no - 1)
             self._scan_block_line(msg, line_no)
             return [*closed, TracebackLine(line_no, rank, self._redact(msg))]
@@ -328,7 +343,8 @@ class LogParser:
         if P.KV_KEY in msg:
             m = P.KV.search(msg)
             if m is not None:
-                return [KVCacheAllocated(line_no, rank, int(m.group("tokens")))]
+                tokens = m.group("tokens")
+                return [KVCacheAllocated(line_no, rank, int(tokens) if tokens else None)]
         if P.PREFILL_DISABLED_KEY in msg:
             m = P.PREFILL_DISABLED.search(msg)
             if m is not None:
@@ -420,7 +436,12 @@ class LogParser:
     def _scan_block_line(self, line: str, line_no: int) -> None:
         block = self._block
         assert block is not None
+        if block.cut_frame is not None:
+            line = block.cut_frame + line  # the rest of a wrapped frame line
+            block.cut_frame = None
         if line.startswith("File "):
+            if ", in " not in line:
+                block.cut_frame = line[:2000]
             low = line.lower()
             if any(w in low for w in P.CAPTURE_FRAME_WORDS):
                 block.capture_frames = True
@@ -502,6 +523,17 @@ _bracket_header = P.BRACKET_HEADER.match
 _signature_gate = re.compile("|".join(map(re.escape, P.SIGNATURE_GATE))).search
 _secret_key = re.compile("|".join(map(re.escape, P.SECRET_ARG_KEYS))).search
 _header = P.HEADER.match
+
+
+def _is_stats_line(msg: str) -> bool:
+    return P.DECODE_KEY in msg or P.PREFILL_KEY in msg or P.SERVER_ARGS_KEY in msg
+
+
+def _may_go_on(event: EngineEvent) -> bool:
+    """Read from a line that a terminal may have wrapped: the next rows may complete it."""
+    if isinstance(event, ServerArgsSeen):
+        return not event.args  # the dump's closing `)` not seen yet
+    return isinstance(event, (DecodeStats, PrefillStats))
 
 
 def _is_echo(msg: str) -> bool:
@@ -725,6 +757,10 @@ def root_failure(events: Sequence[EngineEvent]) -> EngineFailed | None:
     return min(cluster, key=lambda f: (P.FAILURE_RANK.get(f.failure, 9), f.line_no))
 
 
+# Lines only the scheduler / model runner print: with no rank prefix on them, tp_size is 1.
+_SCHEDULER_EVENTS = (WeightsLoadBegan, WeightsLoaded, KVCacheAllocated, CaptureBegan, CaptureEnded,
+                     SchedulerReady, DecodeStats, PrefillStats)
+
 _PHASES = ("launching", "loading_weights", "capturing_graphs", "warming_up", "ready", "serving")
 
 
@@ -741,7 +777,10 @@ def summarize(events: Sequence[EngineEvent]) -> LogSummary:
     gen: float | None = None
     inp: float | None = None
     decode_graph: bool | None = None
+    unranked_scheduler = False
     for e in events:
+        if e.rank is None and isinstance(e, _SCHEDULER_EVENTS):
+            unranked_scheduler = True
         if e.rank and "TP" in e.rank:
             digits = e.rank.rsplit("TP", 1)[1].split()[0]
             if digits.isdigit():
@@ -784,19 +823,29 @@ def summarize(events: Sequence[EngineEvent]) -> LogSummary:
     )
     if tp_size is None and max_tp >= 0:
         tp_size = max_tp + 1
+    elif tp_size is None and unranked_scheduler:
+        tp_size = 1  # SGLang prefixes scheduler lines with a rank only when tp_size > 1
+    failure = None if root is None else {"class": root.failure.value, "message": root.message,
+                                         "line": root.line_no}
+    fix = None if root is None else P.FIX_HINTS.get(root.failure)
+    if failure is None and crashed:
+        # A sigquit / `Killed` with no cause printed: the crash is the failure we can name.
+        first = next(e for e in events if isinstance(e, EngineCrashed))
+        failure = {"class": FailureClass.CHILD_CRASHED.value, "message": first.message,
+                   "line": first.line_no}
+        fix = P.FIX_HINTS[FailureClass.CHILD_CRASHED]
     return LogSummary(
         ready=ready,
         phase=_PHASES[phase],
         tp_size=tp_size,
         capture={"began": began, "completed": began and not open_caps, "failed": failed_capture,
                  "events": cap_events},
-        failure=None if root is None else {"class": root.failure.value, "message": root.message,
-                                           "line": root.line_no},
+        failure=failure,
         crashed=crashed,
         last_gen_throughput=gen,
         last_input_throughput=inp,
         decode_cuda_graph=decode_graph,
-        fix=None if root is None else P.FIX_HINTS.get(root.failure),
+        fix=fix,
     )
 
 

@@ -132,8 +132,22 @@ class SupervisorMetrics:
         self.active_profile = Info(f"{NS}_active_profile", "profile the engine runs", registry=r)
         self.fallback_level = Gauge(f"{NS}_fallback_level",
                                     "position of the active profile in the ladder (0 = primary)", registry=r)
+        self.below_best = Gauge(f"{NS}_below_best_profile_seconds",
+                                "how long this deployment has served below the ladder's best profile, "
+                                "across restarts (0 at the best)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
+        self.reloads = Counter(f"{NS}_config_reloads", "SIGHUP reloads by result (applied, refused)",
+                               ["result"], registry=r)
+        self.reload_ok = Gauge(f"{NS}_config_last_reload_successful",
+                               "0 after a refused reload, until a reload is applied", registry=r)
+        for result in ("applied", "refused"):
+            self.reloads.labels(result)
+        self.reload_ok.set(1)
+        self.internal_errors = Counter(
+            f"{NS}_internal_errors",
+            "exceptions inside the supervisor (its own faults, never a profile's), kept across restarts",
+            registry=r)
         self.start_attempts = Counter(f"{NS}_start_attempts", "engine start attempts",
                                       ["profile", "result"], registry=r)
         self.startup = Gauge(f"{NS}_startup_seconds", "duration of the last successful start", registry=r)
@@ -200,6 +214,11 @@ class SupervisorMetrics:
             r.register(gpu_collector or GpuCollector())
 
     # --- what CORE calls ---------------------------------------------------------------------
+
+    def reload_result(self, result: str) -> None:
+        """`applied` or `refused` (a reload that would not apply every changed key)."""
+        self.reloads.labels("refused" if result == "refused" else "applied").inc()
+        self.reload_ok.set(0 if result == "refused" else 1)
 
     def set_state(self, phase: str) -> None:
         """Current supervisor phase, one of STATES (others are shown as "other")."""

@@ -102,6 +102,9 @@ class Settings:
     last_good: str | None = None  # tried first when still in the ladder
     known_bad: Mapping[str, str] = field(default_factory=dict)  # profile -> failure class
     retry_known_bad: bool = False
+    # A better profile than last_good whose back-off ended (wayback.py): tried first; if it fails
+    # before READY the next attempt is last_good at once.
+    probation: str | None = None
     same_profile_retries: int = 1
     health_failures: int = 3
     stall_s: float = 600.0
@@ -423,6 +426,9 @@ def ladder_order(settings: Settings) -> tuple[str, ...]:
     if settings.last_good in order:
         order.remove(settings.last_good)
         order.insert(0, settings.last_good)
+        if settings.probation in order and settings.probation != settings.last_good:
+            order.remove(settings.probation)
+            order.insert(0, settings.probation)
     return tuple(order)
 
 
@@ -501,6 +507,7 @@ class Lifecycle:
         self.exit: Exit | None = None
         self._order = ladder_order(settings)
         self._skipped: dict[str, str] = skipped_known_bad(settings)
+        self._probation: str | None = None  # the profile on probation, until READY or failure
         self._failed: set[str] = set()  # profiles that failed in this run
         self._crashes: dict[str, int] = {}  # crash-after-ready count per profile
         self._engine_alive = False
@@ -691,6 +698,11 @@ class Lifecycle:
         acts.append(MarkBad(profile, failure))
         target, why = choose_next(failure, profile, self._order, self.settings.remediation,
                                   self._excluded())
+        back = self.settings.last_good
+        if self._probation == profile and back is not None and back not in self._failed:
+            # Probation failed: straight back to what served last, whatever the rule says.
+            target, why = back, "probation failed: back to the last good profile"
+        self._probation = None
         if target is None:
             return acts + self._exit(
                 ExitCode.ALL_PROFILES_FAILED,
@@ -739,9 +751,11 @@ class Lifecycle:
                 "profile": self.profile, "failure_class": failed.failure.value,
                 "rank": ev.rank, "line": ev.line_no, "message": failed.message,
                 "while_serving": serving}))
-            # One line never stops a serving engine: it may be text a user sent. What the engine
-            # does next decides (it exits, or stops answering health checks and probes).
-            if first and self._engine_alive and self._stop_reason is None and not serving:
+            # One line never stops an engine users can reach (HTTP up: warming up or serving): it
+            # may be text a user sent (SGLang prints request dict keys unescaped). What the engine
+            # does next decides (it exits, or its ready probe, health checks and probes fail).
+            reachable = serving or self.phase == Phase.WARMING_UP
+            if first and self._engine_alive and self._stop_reason is None and not reachable:
                 acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
             return acts
         if isinstance(ev, DecodeStats) and ev.gen_throughput is not None and ev.running_req:
@@ -807,6 +821,13 @@ class Lifecycle:
         if first is None:  # unreachable while skipped_known_bad keeps one, kept for safety
             return acts + self._exit(ExitCode.ALL_PROFILES_FAILED, "no profile to start", now)
         reason = "last known good" if first == self.settings.last_good else "first profile"
+        if first == self.settings.probation and self.settings.last_good is not None:
+            self._probation = first
+            reason = "probation"
+            acts.append(Log("profile.probation", "warning", {
+                "profile": first, "last_good": self.settings.last_good,
+                "hint": "a better profile's back-off ended: trying it again; if it fails, back to "
+                        "the last good profile at once"}))
         return acts + self._launch(first, reason, now, 0.0)
 
     def _on_Launched(self, inp: Launched, now: float) -> list[Action]:
@@ -915,6 +936,9 @@ class Lifecycle:
             # never shows "ready" while the unit is still activating.
             acts += [a for a in self._set_phase(Phase.READY, now) if not isinstance(a, NotifyStatus)]
             acts.append(MarkGood(self.profile or "", cur.seconds(now) if cur else None))
+            if self._probation == self.profile:
+                acts.append(Log("profile.probation_passed", "info", {"profile": self.profile}))
+            self._probation = None
             acts.append(Log("supervisor.ready", "info", {
                 "profile": self.profile, "attempt": self.attempt, "tok_s": _round(inp.tok_s, 1),
                 "ttft_s": _round(inp.ttft_s, 3), "seconds": cur.seconds(now) if cur else None}))

@@ -6,10 +6,12 @@ No I/O here: `fleet.GatewayAgent` and the supervisor carry these out.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 # Stops the supervisor chooses while the engine serves well: traffic is moved away first.
 # (Failure stops -- wedged, hang, probe failures -- deregister too, but do not wait for a drain:
@@ -84,6 +86,27 @@ def drained(inflight: int | None, zero_streak: int, *, needed: int = 2) -> tuple
     return streak >= needed, streak
 
 
+def _loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def advertise_problem(gateway_url: str, engine_url: str) -> str | None:
+    """Why the engine URL we would register cannot be right for this gateway, or None. The
+    default advertised URL comes from engine.host, a wildcard read as loopback: a gateway on
+    another machine would then send every request to its own 127.0.0.1."""
+    if _loopback(urlsplit(engine_url).hostname) and not _loopback(urlsplit(gateway_url).hostname):
+        return (f"the engine is advertised as {engine_url}, a loopback address, to a gateway at "
+                f"{gateway_url}; unless that gateway runs on this machine it cannot reach the engine")
+    return None
+
+
 @dataclass(frozen=True)
 class Registration:
     """What the state dir remembers: the gateway and the id it gave this engine URL."""
@@ -103,7 +126,7 @@ def parse_registration(text: str | bytes) -> Registration | None:
         return None
     try:
         data = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # "[[[[..." fits in 4 KiB
         return None
     if not isinstance(data, Mapping):
         return None

@@ -18,7 +18,7 @@ from urllib.parse import quote, quote_plus
 # guess. 16 characters is the length of `openssl rand -hex 8` (64 bits), far below what key
 # generators produce (`openssl rand -hex 24` gives 48), and long enough not to occur by chance.
 MIN_API_KEY_LEN = 16
-KEY_FIX = "generate a longer one, e.g. `openssl rand -hex 24 > KEYFILE` (48 characters), and use it"
+KEY_FIX = "generate a new one, e.g. `openssl rand -hex 24 > KEYFILE` (48 characters), and use it"
 
 
 def api_key_problem(key: str) -> str | None:
@@ -26,6 +26,10 @@ def api_key_problem(key: str) -> str | None:
     if len(key) < MIN_API_KEY_LEN:
         return (f"the API key is {len(key)} characters long; keys shorter than {MIN_API_KEY_LEN} "
                 "cannot be redacted safely from logs (they occur in ordinary text) and are easy to guess")
+    if not all(" " <= c <= "~" for c in key):
+        # It travels as `Authorization: Bearer KEY`: httpx (and HTTP) take ASCII header values only.
+        return ("the API key has characters other than printable ASCII (non-ASCII letters, tabs or "
+                "control characters); it is sent in an HTTP header, which cannot carry them")
     return None
 
 

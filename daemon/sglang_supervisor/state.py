@@ -1,4 +1,5 @@
-"""Persisted state: what worked and what failed, per deployment fingerprint, in `state.json`.
+"""Persisted state: what worked and what failed, per deployment fingerprint, one file per model
+(`<name>.state.json` in `state_dir`: two units never share one memory).
 
 A fingerprint names one combination of model, engine version, GPUs, driver and rendered command:
 a profile that failed on one driver may well work on the next, so nothing carries across.
@@ -7,6 +8,11 @@ The data model and its JSON (de)serialisation are pure; `StateStore` is the thin
 atomic replace (tmp + fsync + rename), mode 0640, an advisory lock so two writers never lose each
 other's updates, a corrupt file moved aside with a warning. Persisting is best effort: a full or
 read-only disk is logged, the in-memory state stays authoritative and the daemon keeps running.
+
+The file is untrusted input (an operator's editor, a disk error, another program): it is read
+with a size cap, parsed with explicit type and range checks (finite numbers, bounded counts and
+names), and anything else, whatever the content, is moved aside with a warning naming where it
+went. The daemon then starts without remembered profiles instead of crashing or crash-looping.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,10 +34,23 @@ import structlog
 
 log = structlog.get_logger("sglang_supervisor.state")
 
-STATE_FILE = "state.json"
+STATE_FILE = "state.json"  # before per-model files: read once to seed a model's own file
 SCHEMA_VERSION = 1
 MAX_FINGERPRINTS = 64  # oldest-touched are forgotten beyond this: the file must not grow forever
 MAX_BASELINES = 256
+MAX_BAD_PER_FINGERPRINT = 256
+# A legitimate file is a few hundred KiB at most (the caps above); anything bigger is not ours.
+MAX_FILE_BYTES = 4 << 20
+MAX_NAME_CHARS = 256  # profile names, fingerprints, baseline keys, failure classes
+MAX_TIMESTAMP = 1e11  # year 5138: a bigger "when" is corruption, not a date
+MAX_COUNT = 1_000_000
+MAX_BASELINE = 1e9  # tokens/s
+KEEP_CORRUPT = 3  # moved-aside files kept for inspection; older ones are deleted
+
+
+def state_file_name(name: str | None) -> str:
+    """The file of one model (`Config.name`); None: the shared file of older releases."""
+    return STATE_FILE if name is None else f"{name}.state.json"
 
 
 def fingerprint(
@@ -89,12 +109,16 @@ class FingerprintState:
     bad: Mapping[str, BadRecord] = field(default_factory=dict)
     ranking: Ranking | None = None
     touched: float = 0.0
+    # Since when this deployment serves a profile below the best of its ladder (None: at the best).
+    below_best_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class State:
     fingerprints: Mapping[str, FingerprintState] = field(default_factory=dict)
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
+    # Exceptions inside the supervisor (its own bugs), kept across restarts for the metric.
+    internal_errors: int = 0
 
 
 def is_fresh(record: BadRecord, now: float, ttl_s: float) -> bool:
@@ -102,10 +126,15 @@ def is_fresh(record: BadRecord, now: float, ttl_s: float) -> bool:
     return ttl_s > 0 and abs(now - record.at) < ttl_s
 
 
-def with_good(state: State, fp: str, profile: str, now: float) -> State:
+def with_good(state: State, fp: str, profile: str, now: float, below_best: bool | None = None) -> State:
+    """`profile` served. `below_best`: it is not the first of the ladder (None: leave as is)."""
     cur = state.fingerprints.get(fp, FingerprintState())
     bad = {k: v for k, v in cur.bad.items() if k != profile}  # it works now: no longer bad
-    return _put(state, fp, dataclasses.replace(cur, last_good=GoodRecord(profile, now), bad=bad, touched=now))
+    since = cur.below_best_since
+    if below_best is not None:
+        since = (since if since is not None else now) if below_best else None
+    return _put(state, fp, dataclasses.replace(cur, last_good=GoodRecord(profile, now), bad=bad,
+                                               touched=now, below_best_since=since))
 
 
 def with_bad(state: State, fp: str, profile: str, failure_class: str, now: float) -> State:
@@ -125,6 +154,26 @@ def without_bad(state: State, fp: str, profile: str | None = None) -> State:
         return state
     bad = {} if profile is None else {k: v for k, v in cur.bad.items() if k != profile}
     return _put(state, fp, dataclasses.replace(cur, bad=bad))
+
+
+def without_memory(state: State, profile: str | None = None) -> tuple[State, int]:
+    """`forget`: drop `profile`'s known-bad records in every fingerprint (None: every record and
+    every last-good, so the next start climbs the ladder from the top). Returns (state, records
+    dropped). Baselines stay: they measure speed, not failures."""
+    fps: dict[str, FingerprintState] = {}
+    dropped = 0
+    for fp, cur in state.fingerprints.items():
+        if profile is None:
+            dropped += len(cur.bad) + (cur.last_good is not None)
+            fps[fp] = dataclasses.replace(cur, bad={}, last_good=None, ranking=None)
+        else:
+            dropped += profile in cur.bad
+            fps[fp] = dataclasses.replace(cur, bad={k: v for k, v in cur.bad.items() if k != profile})
+    return dataclasses.replace(state, fingerprints=fps), dropped
+
+
+def with_internal_error(state: State) -> State:
+    return dataclasses.replace(state, internal_errors=min(state.internal_errors + 1, MAX_COUNT))
 
 
 def with_ranking(state: State, fp: str, ranking: Sequence[str], now: float) -> State:
@@ -158,10 +207,12 @@ def to_json(state: State) -> dict[str, Any]:
                 "ranking": None if fs.ranking is None
                 else {"profiles": list(fs.ranking.profiles), "at": fs.ranking.at},
                 "touched": fs.touched,
+                "below_best_since": fs.below_best_since,
             }
             for fp, fs in state.fingerprints.items()
         },
         "baselines": {k: dataclasses.asdict(b) for k, b in state.baselines.items()},
+        "internal_errors": state.internal_errors,
     }
 
 
@@ -169,55 +220,161 @@ class StateFormatError(ValueError):
     pass
 
 
+def _obj(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StateFormatError(f"{what} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _opt_obj(value: object, what: str) -> dict[str, Any]:
+    return {} if value is None else _obj(value, what)
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS:
+        raise StateFormatError(f"{what} is not a name of 1-{MAX_NAME_CHARS} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise StateFormatError(f"{what} holds control characters")
+    return value
+
+
+def _number(value: object, what: str, high: float) -> float:
+    # bool is an int to Python: a `true` timestamp is corruption, not 1.0.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise StateFormatError(f"{what} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or not 0 <= number <= high:
+        raise StateFormatError(f"{what} = {number!r} is outside 0..{high:g}")
+    return number
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise StateFormatError(f"{what} is not a whole number in 1..{MAX_COUNT}")
+    return value
+
+
+def _fingerprint_state(fp: str, raw: object) -> FingerprintState:
+    raw = _obj(raw, f"fingerprint {fp}")
+    lg, rk, since = raw.get("last_good"), raw.get("ranking"), raw.get("below_best_since")
+    last_good = None
+    if lg is not None:
+        lg = _obj(lg, f"{fp}.last_good")
+        last_good = GoodRecord(_name(lg.get("profile"), f"{fp}.last_good.profile"),
+                               _number(lg.get("at"), f"{fp}.last_good.at", MAX_TIMESTAMP))
+    bad: dict[str, BadRecord] = {}
+    for p, value in _opt_obj(raw.get("bad"), f"{fp}.bad").items():
+        where = f"{fp}.bad.{_name(p, f'{fp}.bad key')}"
+        r = _obj(value, where)
+        bad[p] = BadRecord(_name(r.get("failure_class"), f"{where}.failure_class"),
+                           _number(r.get("at"), f"{where}.at", MAX_TIMESTAMP),
+                           _count(r.get("count", 1), f"{where}.count"))
+    if len(bad) > MAX_BAD_PER_FINGERPRINT:
+        keep = sorted(bad, key=lambda k: bad[k].at, reverse=True)[:MAX_BAD_PER_FINGERPRINT]
+        bad = {k: bad[k] for k in keep}
+    ranking = None
+    if rk is not None:
+        rk = _obj(rk, f"{fp}.ranking")
+        profiles = rk.get("profiles")
+        if not isinstance(profiles, list) or len(profiles) > MAX_BAD_PER_FINGERPRINT:
+            raise StateFormatError(f"{fp}.ranking.profiles is not a short list")
+        ranking = Ranking(tuple(_name(p, f"{fp}.ranking entry") for p in profiles),
+                          _number(rk.get("at"), f"{fp}.ranking.at", MAX_TIMESTAMP))
+    return FingerprintState(
+        last_good=last_good, bad=bad, ranking=ranking,
+        touched=_number(raw.get("touched", 0.0), f"{fp}.touched", MAX_TIMESTAMP),
+        below_best_since=None if since is None
+        else _number(since, f"{fp}.below_best_since", MAX_TIMESTAMP),
+    )
+
+
 def from_json(data: object) -> State:
-    """Parse state.json's content. Unknown keys are ignored (a newer supervisor may add some)."""
+    """Parse state.json's content, checking every type and range: StateFormatError (only) says
+    what is wrong. Unknown keys are ignored (a newer supervisor may add some); entries beyond the
+    caps are dropped, oldest first, as the writer would."""
+    top = _obj(data, "the top level")
+    version = top.get("version")
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
+        raise StateFormatError(f"schema version {str(version)[:20]!r}, expected {SCHEMA_VERSION}")
+    fps = {_name(fp, "a fingerprint"): _fingerprint_state(fp, raw)
+           for fp, raw in _opt_obj(top.get("fingerprints"), "fingerprints").items()}
+    if len(fps) > MAX_FINGERPRINTS:
+        keep = sorted(fps, key=lambda k: fps[k].touched, reverse=True)[:MAX_FINGERPRINTS]
+        fps = {k: fps[k] for k in keep}
+    baselines: dict[str, Baseline] = {}
+    for k, value in _opt_obj(top.get("baselines"), "baselines").items():
+        where = f"baselines.{_name(k, 'a baseline key')}"
+        b = _obj(value, where)
+        baselines[k] = Baseline(_number(b.get("value"), f"{where}.value", MAX_BASELINE),
+                                _number(b.get("at"), f"{where}.at", MAX_TIMESTAMP))
+    if len(baselines) > MAX_BASELINES:
+        keep = sorted(baselines, key=lambda k: baselines[k].at, reverse=True)[:MAX_BASELINES]
+        baselines = {k: baselines[k] for k in keep}
+    errors = top.get("internal_errors", 0)
+    internal = 0 if errors == 0 else _count(errors, "internal_errors")
+    return State(fps, baselines, internal)
+
+
+def parse_text(raw: bytes) -> State:
+    """The file's bytes -> State, or StateFormatError naming the problem, whatever the bytes are
+    (invalid UTF-8 or JSON, nesting deep enough to exhaust the parser's recursion, huge numbers)."""
     try:
-        if not isinstance(data, dict):
-            raise StateFormatError("top level is not an object")
-        version = data.get("version")
-        if version != SCHEMA_VERSION:
-            raise StateFormatError(f"schema version {version!r}, expected {SCHEMA_VERSION}")
-        fps: dict[str, FingerprintState] = {}
-        for fp, raw in dict(data.get("fingerprints") or {}).items():
-            lg = raw.get("last_good")
-            rk = raw.get("ranking")
-            fps[str(fp)] = FingerprintState(
-                last_good=None if lg is None else GoodRecord(str(lg["profile"]), float(lg["at"])),
-                bad={
-                    str(p): BadRecord(str(r["failure_class"]), float(r["at"]), int(r.get("count", 1)))
-                    for p, r in dict(raw.get("bad") or {}).items()
-                },
-                ranking=None if rk is None
-                else Ranking(tuple(str(p) for p in rk["profiles"]), float(rk["at"])),
-                touched=float(raw.get("touched", 0.0)),
-            )
-        baselines = {
-            str(k): Baseline(float(b["value"]), float(b["at"]))
-            for k, b in dict(data.get("baselines") or {}).items()
-        }
-    except StateFormatError:
-        raise
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise StateFormatError(f"unexpected shape: {type(exc).__name__}: {exc}") from exc
-    return State(fps, baselines)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise StateFormatError(f"not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise StateFormatError("JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and int() of a number with too many digits
+        raise StateFormatError(f"not JSON: {str(exc)[:200]}") from None
+    return from_json(data)
 
 
 # -- file adapter ---------------------------------------------------------------------------------
 
 class StateStore:
-    """state.json in `directory`. Every change is re-read, applied and written under a lock."""
+    """One model's state file in `directory` (`name`: `Config.name`; None: the shared state.json
+    of older releases). Every change is re-read, applied and written under a lock."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], name: str | None = None) -> None:
         self.directory = Path(directory)
-        self.path = self.directory / STATE_FILE
-        self._lock_path = self.directory / (STATE_FILE + ".lock")
+        self.file_name = state_file_name(name)
+        self.path = self.directory / self.file_name
+        self._lock_path = self.directory / (self.file_name + ".lock")
         self._state = State()
         self._signature: tuple[int, int, int] | None = None
+        # A file that could not be parsed nor moved aside: not re-read (and re-reported) until it
+        # changes.
+        self._bad_signature: tuple[int, int, int] | None = None
         self._dirty = False  # the last write failed: memory is newer than the file
         self._write_error: str | None = None
         with contextlib.suppress(OSError):
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+        if name is not None:
+            self._seed_from_shared()
         self._refresh()
+
+    def _seed_from_shared(self) -> None:
+        """First start after the upgrade to per-model files: the shared state.json of older
+        releases seeds this model's file (its fingerprints include the model, so another model's
+        entries never match; the shared file is left for the other units)."""
+        legacy = self.directory / STATE_FILE
+        if self.path.exists() or not legacy.is_file():
+            return
+        try:
+            with legacy.open("rb") as f:
+                raw = f.read(MAX_FILE_BYTES + 1)
+            seeded = parse_text(raw) if len(raw) <= MAX_FILE_BYTES else None
+        except (OSError, StateFormatError) as exc:
+            log.warning("state_seed_skipped", path=str(legacy), reason=str(exc)[:200])
+            return
+        if seeded is None or (not seeded.fingerprints and not seeded.baselines):
+            return
+        with self._locked():
+            if self.path.exists():
+                return
+            self._state = dataclasses.replace(seeded, internal_errors=0)
+            if self._write():
+                log.info("state_seeded", path=str(self.path), source=str(legacy))
 
     # -- queries --------------------------------------------------------------------------------
     def snapshot(self) -> State:
@@ -233,6 +390,9 @@ class StateStore:
         if fs is None:
             return {}
         return {p: r for p, r in fs.bad.items() if is_fresh(r, now, ttl_s)}
+
+    def fingerprint_state(self, fp: str) -> FingerprintState:
+        return self.snapshot().fingerprints.get(fp, FingerprintState())
 
     def baseline(self, key: str) -> Baseline | None:
         return self.snapshot().baselines.get(key)
@@ -257,6 +417,26 @@ class StateStore:
     def set_ranking(self, fp: str, ranking: Sequence[str], now: float) -> bool:
         return self._update(lambda s: with_ranking(s, fp, ranking, now))
 
+    def mark_serving(self, fp: str, profile: str, now: float, below_best: bool) -> bool:
+        """`mark_good` for the running supervisor, which also tracks serving below the best."""
+        return self._update(lambda s: with_good(s, fp, profile, now, below_best))
+
+    def count_internal_error(self) -> bool:
+        return self._update(with_internal_error)
+
+    def forget(self, profile: str | None = None) -> int:
+        """Drop remembered failures (see `without_memory`); the number of records dropped.
+        OSError when the file cannot be written (the caller reports it)."""
+        with self._locked():
+            self._refresh()
+            forgotten, dropped = without_memory(self._state, profile)
+            if dropped == 0:
+                return 0  # nothing to forget: the file is left as it is
+            self._state = forgotten
+            if not self._write():
+                raise OSError(self._write_error or f"cannot write {self.path}")
+        return dropped
+
     # -- file mechanics -------------------------------------------------------------------------
     def _update(self, change: Any) -> bool:
         with self._locked():
@@ -271,6 +451,10 @@ class StateStore:
         except OSError:
             yield  # cannot even create the lock file: the write will fail and be reported
             return
+        owner = self._owner()
+        if owner is not None:
+            with contextlib.suppress(OSError):
+                os.fchown(fd, *owner)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -288,33 +472,66 @@ class StateStore:
         if self._dirty:
             return  # keep what we know; the file lags behind after a failed write
         sig = self._stat_signature()
-        if sig == self._signature:
+        if sig == self._signature or (sig is not None and sig == self._bad_signature):
             return
         if sig is None:
             self._state, self._signature = State(), None
             return
         try:
-            text = self.path.read_text(encoding="utf-8")
-            self._state = from_json(json.loads(text))
-            self._signature = sig
+            with self.path.open("rb") as f:
+                raw = f.read(MAX_FILE_BYTES + 1)
         except FileNotFoundError:
             self._state, self._signature = State(), None
-        except (StateFormatError, ValueError, UnicodeDecodeError) as exc:
-            self._quarantine(str(exc))
+            return
         except OSError as exc:
             log.warning("state_unreadable", path=str(self.path), error=str(exc),
                         hint="starting without remembered good/bad profiles; check permissions")
+            return
+        try:
+            if len(raw) > MAX_FILE_BYTES:
+                raise StateFormatError(f"more than {MAX_FILE_BYTES} bytes")
+            self._state = parse_text(raw)
+            self._signature = sig
+        except StateFormatError as exc:
+            self._quarantine(str(exc), sig)
+        except Exception as exc:  # whatever the content does to the parser
+            self._quarantine(f"{type(exc).__name__}: {exc}"[:300], sig)
 
-    def _quarantine(self, reason: str) -> None:
-        aside = self.path.with_name(f"{STATE_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    def _quarantine(self, reason: str, sig: tuple[int, int, int] | None) -> None:
+        aside = self.path.with_name(
+            f"{self.file_name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
         try:
             os.replace(self.path, aside)
             moved: str | None = str(aside)
         except OSError:
             moved = None
-        log.warning("state_corrupt", path=str(self.path), moved_to=moved, reason=reason,
-                    hint="starting without remembered good/bad profiles; the old file is kept for inspection")
+            self._bad_signature = sig
+        log.warning("state_corrupt", path=str(self.path), moved_to=moved, reason=reason[:300],
+                    hint="starting without remembered good/bad profiles; the old file is kept for "
+                         "inspection" if moved else "starting without remembered good/bad profiles; "
+                         "the file could not be moved aside and is replaced at the next change")
         self._state, self._signature = State(), None
+        self._prune_corrupt()
+
+    def _prune_corrupt(self) -> None:
+        """Keep the newest KEEP_CORRUPT moved-aside files: a disk that corrupts every write must
+        not fill the directory."""
+        with contextlib.suppress(OSError):
+            old = sorted(self.directory.glob(f"{self.file_name}.corrupt-*"),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+            for path in old[KEEP_CORRUPT:]:
+                path.unlink()
+
+    def _owner(self) -> tuple[int, int] | None:
+        """Run as root (`sudo sglang-supervisor forget`), files keep the owner of the existing
+        file or directory: the service user must still read and replace them."""
+        if os.geteuid() != 0:
+            return None
+        for path in (self.path, self.directory):
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                return st.st_uid, st.st_gid
+        return None
 
     def _write(self) -> bool:
         payload = json.dumps(to_json(self._state), indent=1, sort_keys=True).encode() + b"\n"
@@ -323,6 +540,9 @@ class StateStore:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
             try:
                 os.fchmod(fd, 0o640)  # whatever the umask says
+                owner = self._owner()
+                if owner is not None:
+                    os.fchown(fd, *owner)
                 view = memoryview(payload)
                 while view:
                     view = view[os.write(fd, view):]

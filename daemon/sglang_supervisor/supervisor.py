@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor import gpu, ports, state
+from sglang_supervisor import gpu, ports, reloadplan, state, wayback
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
@@ -217,7 +217,7 @@ def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
 
 
 def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
-                    retry_known_bad: bool) -> Settings:
+                    retry_known_bad: bool, probation: str | None = None) -> Settings:
     t = config.timeouts
     return Settings(
         profiles=tuple(config.profile_names),
@@ -225,6 +225,7 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         last_good=last_good,
         known_bad=dict(known_bad),
         retry_known_bad=retry_known_bad,
+        probation=probation,
         same_profile_retries=config.restart.same_profile_retries,
         health_failures=t.health_failures,
         stall_s=t.stall_s,
@@ -296,7 +297,17 @@ class Supervisor:
         self.opts = options
         self.notifier = notifier or Notifier(options.environ)
         self.metrics = SupervisorMetrics()
-        self.store = state.StateStore(self.config.state_dir)
+        self.store = state.StateStore(self.config.state_dir, self.config.name)
+        # Set by the first exception inside the supervisor: from then on the lifecycle is not fed
+        # (the engine's exit that our own stop causes must not be blamed on its profile).
+        self._internal_failure = False
+        self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
+        self._below_best_since: float | None = None  # wall clock; persisted per fingerprint
+        # The last reload's outcome for /status, and the note STATUS= carries while it was refused.
+        self._last_reload: dict[str, Any] | None = None
+        self._reload_note: str | None = None
+        self._renew_monitor_at_ready = False  # probe settings changed while the engine started
+        self.metrics.below_best.set_function(self._below_best_seconds)
         self.fp = self._fingerprint()
         self.lifecycle = Lifecycle(self._settings(first_run=True))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -345,15 +356,24 @@ class Supervisor:
 
     def _settings(self, first_run: bool) -> Settings:
         now = time.time()
-        bad = self.store.known_bad(self.fp, now, self.config.restart.known_bad_ttl_s)
-        last_good = self.store.last_good(self.fp)
-        if last_good is None:
-            ranking = self.store.ranking(self.fp)
-            last_good = ranking[0] if ranking else None
+        fs = self.store.fingerprint_state(self.fp)
+        last_good = fs.last_good.profile if fs.last_good is not None else None
+        if last_good is None and fs.ranking is not None and fs.ranking.profiles:
+            last_good = fs.ranking.profiles[0]  # `tune`'s winner
+        r = self.config.restart
+        plan = wayback.plan(self.config.profile_names, last_good, fs.bad, now,
+                            wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
+        self._below_best_since = fs.below_best_since
         return policy_settings(
-            self.config, last_good=last_good,
-            known_bad={p: r.failure_class for p, r in bad.items()},
+            self.config, last_good=plan.last_good, known_bad=plan.backoff,
+            probation=plan.probation if first_run else None,
             retry_known_bad=self.opts.retry_known_bad and first_run)
+
+    def _below_best_seconds(self) -> float:
+        """For the metric: how long this deployment has served below the ladder's best profile
+        (across restarts: the start of the spell is in the state file)."""
+        since = self._below_best_since
+        return 0.0 if since is None else max(0.0, time.time() - since)
 
     @property
     def base_url(self) -> str:
@@ -373,6 +393,8 @@ class Supervisor:
             "engine_log_writable": self._log_spell is None,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": self._monitor.status() if self._monitor else None,
+            "last_reload": self._last_reload,
+            "below_best_profile_seconds": round(self._below_best_seconds(), 1),
             "readyz": self.readiness().reason,
             "gateway": self._fleet.status() if self._fleet else None,
         })
@@ -396,8 +418,9 @@ class Supervisor:
         self._loop = loop
         self._done = loop.create_future()
         loop.set_exception_handler(self._loop_exception)
-        if self.prep.api_key:
-            set_redactions([self.prep.api_key])
+        # The gateway's key too: a gateway (or a proxy before it) may quote it in an error page.
+        if keys := [k for k in (self.prep.api_key, self.prep.gateway_key) if k]:
+            set_redactions(keys)
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             loop.add_signal_handler(sig, self.feed, StopRequested(name))
         loop.add_signal_handler(signal.SIGHUP, self._spawn_task, self._reload)
@@ -556,10 +579,23 @@ class Supervisor:
             self._internal_error(task.exception())
 
     def _internal_error(self, exc: BaseException | None, where: str | None = None) -> None:
-        log.error("supervisor.internal_error", error=repr(exc), where=where,
-                  exc_info=exc if isinstance(exc, Exception) else None)
+        """A bug of ours (or a value we could not use): the supervisor's fault, never the
+        profile's. Logged and counted, the engine is stopped and we exit 1 (systemd restarts us);
+        nothing is remembered against the profile that was running."""
+        log.error("supervisor.internal_error", error=repr(exc)[:500], where=where,
+                  profile=self.lifecycle.profile, phase=self.lifecycle.phase.value,
+                  exc_info=exc if isinstance(exc, Exception) else None,
+                  hint="a fault of the supervisor, not of the engine or its profile; please report")
+        if not self._internal_failure:
+            self._internal_failure = True
+            self.metrics.internal_errors.inc()
+            with contextlib.suppress(Exception):
+                self.store.count_internal_error()
+            with contextlib.suppress(Exception):
+                self.notifier.status(f"internal error ({type(exc).__name__}): stopping; "
+                                     "the supervisor's fault, no profile blamed")
         if self._done is not None and not self._done.done():
-            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"))
+            self._done.set_result(Exit(ExitCode.FAILURE, f"internal error: {exc!r}"[:500]))
 
     def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's last resort, in our log. A callback of ours that raised (a timer, a signal,
@@ -574,6 +610,8 @@ class Supervisor:
     # -- the policy bridge ------------------------------------------------------------------
 
     def feed(self, inp: Input) -> None:
+        if self._internal_failure:
+            return  # shutting down after our own error: nothing is decided (or blamed) any more
         actions = self.lifecycle.handle(inp, time.monotonic())
         for action in actions:
             self._apply(action)
@@ -583,7 +621,7 @@ class Supervisor:
             fields = {k: v for k, v in a.fields.items() if v is not None}
             getattr(log, a.level)(a.event, **fields)
         elif isinstance(a, NotifyStatus):
-            self.notifier.status(a.text)
+            self.notifier.status(self._with_note(a.text))
             self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
             self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
         elif isinstance(a, Launch):
@@ -614,9 +652,11 @@ class Supervisor:
             self.notifier.stopping(self.lifecycle.status_text())
             self._stop_serving_tasks()
         elif isinstance(a, NotifyReloading):
-            self.notifier.reloading(self.lifecycle.status_text())
+            self.notifier.reloading(self._with_note(self.lifecycle.status_text()))
         elif isinstance(a, MarkGood):
-            self.store.mark_good(self.fp, a.profile, time.time())
+            self.store.mark_serving(self.fp, a.profile, time.time(),
+                                    below_best=a.profile != self.config.profile_names[0])
+            self._below_best_since = self.store.fingerprint_state(self.fp).below_best_since
             self.metrics.start_attempt(a.profile, "ready")
             if a.seconds is not None:
                 self.metrics.startup_seconds(a.seconds)
@@ -1071,8 +1111,16 @@ class Supervisor:
                                   "timeouts.ready_probe_s", hung=True))
         return ok
 
+    def _with_note(self, text: str) -> str:
+        """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
+        status` is where an operator looks, and the next tok/s refresh must not hide it."""
+        return text if self._reload_note is None else f"{text}; {self._reload_note}"
+
     def _on_ready(self) -> None:
-        self.notifier.ready(self.lifecycle.status_text())
+        self.notifier.ready(self._with_note(self.lifecycle.status_text()))
+        if self._renew_monitor_at_ready:
+            self._renew_monitor_at_ready = False
+            self._renew_monitor()
         self._draining = False
         if self._fleet is not None:
             self._fleet.on_ready()
@@ -1102,10 +1150,10 @@ class Supervisor:
             self._monitor = None
 
     async def _health_loop(self, attempt: int) -> None:
-        t = self.config.timeouts
         url = self.base_url + health_path(self.prep.version)
         assert self._client is not None
         while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
+            t = self.config.timeouts  # every round: a reload applies new timeouts at once
             await asyncio.sleep(t.health_interval_s)
             try:
                 resp = await self._client.get(url, timeout=t.health_timeout_s)
@@ -1134,11 +1182,11 @@ class Supervisor:
     # -- reload -------------------------------------------------------------------------------
 
     async def _reload(self) -> None:
-        """SIGHUP: re-read the configuration; restart the engine only if its command changed."""
+        """SIGHUP: re-read the configuration; restart the engine only if its command changed.
+        Every changed key is applied, or the reload is refused with the reason (reloadplan.py)."""
         path = self.opts.config_path
-        ready = self.lifecycle.ready_sent
         if path is None:
-            log.warning("supervisor.reload_failed", error="no configuration file to re-read")
+            self._refuse_reload("no configuration file to re-read", "no_config")
             return
         try:
             config = await asyncio.to_thread(load_config, path)
@@ -1147,16 +1195,23 @@ class Supervisor:
             prepared = await asyncio.to_thread(prepare, config, version)
         except ConfigError as exc:
             # A broken file must not take a healthy engine down: keep running what we have.
-            log.error("supervisor.reload_failed", error=str(exc), kept_profile=self.lifecycle.profile)
-            if ready:
-                self.notifier.reloading("reload failed; configuration unchanged")
-                self.notifier.ready(self.lifecycle.status_text())
+            first = exc.problems[0] if exc.problems else None
+            why = f"{len(exc.problems)} configuration problem(s)" + (
+                f", first: {first.path or 'file'}: {first.problem}" if first else "")
+            self._refuse_reload(why[:300], "invalid", report=str(exc))
             return
         current = self.lifecycle.profile
         old = self.prep.renders.get(current) if current else None
         new = prepared.renders.get(current) if current else None
         changed = (old is None or new is None or old.argv != new.argv or old.env != new.env
                    or old.secret_config != new.secret_config)
+        refused = reloadplan.refused_keys(self.config, config, engine_restarts=changed)
+        if refused:
+            self._refuse_reload(reloadplan.refusal_reason(refused), "not_applicable",
+                                keys=",".join(sorted(refused)))
+            return
+        probe_changed = config.probe != self.config.probe
+        keys = reloadplan.changed_keys(self.config, config)
         self.prep = prepared
         self.config = config
         # Baselines, last good and known bad belong to the commands that earned them: the new
@@ -1164,14 +1219,60 @@ class Supervisor:
         old_fp, self.fp = self.fp, await asyncio.to_thread(self._fingerprint)
         if self.fp != old_fp:
             log.info("supervisor.fingerprint_changed", old=old_fp, new=self.fp)
-        if prepared.api_key:
-            set_redactions([prepared.api_key])
+        if secrets := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
+            set_redactions(secrets)
+        self._reload_note = None
+        self._last_reload = {"result": "applied", "at": time.time(), "changed": keys[:50],
+                             "restarts_engine": changed}
+        self.metrics.reload_result("applied")
         self.feed(ReloadRequested(changed, self._settings(first_run=False)))
         if not changed and current and self.fp != old_fp and self.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
             # restart of the supervisor would forget it), and /metrics names the new fingerprint.
-            self.store.mark_good(self.fp, current, time.time())
+            self.store.mark_serving(self.fp, current, time.time(),
+                                    below_best=current != config.profile_names[0])
+            self._below_best_since = self.store.fingerprint_state(self.fp).below_best_since
             self._publish_active(current)
+        if probe_changed and not changed:
+            if self._monitor is not None:
+                self._renew_monitor()
+            elif self._ready_monitor is not None:
+                self._renew_monitor_at_ready = True
+
+    def _refuse_reload(self, reason: str, kind: str, **fields: Any) -> None:
+        """Keep everything as it runs, and say why where operators look: the journal, STATUS=
+        (`systemctl status`), /status and a metric."""
+        log.error("supervisor.reload_failed", reason=reason, kind=kind,
+                  kept_profile=self.lifecycle.profile, **fields,
+                  hint="the running configuration is unchanged; fix the file and reload again "
+                       "(sglang-supervisor check --config FILE shows every problem)")
+        self._reload_note = f"reload refused: {reason}"[:200]
+        self._last_reload = {"result": "refused", "at": time.time(), "reason": reason}
+        self.metrics.reload_result("refused")
+        text = self._with_note(self.lifecycle.status_text())
+        if self.lifecycle.ready_sent and self.lifecycle.phase in UP_PHASES:
+            self.notifier.reloading(text)
+            self.notifier.ready(text)
+        else:
+            self.notifier.status(text)
+
+    def _renew_monitor(self) -> None:
+        """New probe settings while serving: replace the throughput monitor (its probe shape,
+        interval and baseline key come from them), keeping what remediation learned."""
+        old = self._monitor
+        profile = self.lifecycle.profile
+        if old is None or profile is None or self.lifecycle.phase not in UP_PHASES:
+            return
+        if self._monitor_task is not None:
+            self._monitor_task.cancel()
+            self._monitor_task = None
+        self._remediation = old.remediation
+        old.stop()
+        self._spawn_task(old.aclose)
+        self._monitor = self._new_monitor(profile)
+        if self.config.probe.enabled:
+            self._monitor_task = asyncio.ensure_future(self._monitor.run())
+            self._supervise(self._monitor_task)
 
     def _reload_version(self, config: Config) -> str:
         if config.engine.version == self.config.engine.version and config.engine.command == (

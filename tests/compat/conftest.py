@@ -1,14 +1,21 @@
-"""Compat tier: real `sglang` wheels in their own venvs under .cache/compat/ (gitignored, reused).
+"""Compat tier: real `sglang` wheels in their own venvs under <cache> =
+~/.cache/sglang-supervisor-tests/compat/ (tiers.cache_dir; outside the checkout, reused by clones).
 
 Layout, so that a second SGLang release costs only its own wheel:
-  .cache/compat/deps/           torch (CPU) + triton + the few modules server_args imports
-  .cache/compat/sglang-<V>/     sglang==V installed --no-deps, plus deps.pth pointing at deps/
+  <cache>/deps/           torch (CPU) + triton + the few modules server_args imports
+  <cache>/sglang-<V>/     sglang==V installed --no-deps, plus deps.pth pointing at deps/
 Each venv is marked ready only after a complete install, so an interrupted build is redone.
 Without network or wheels the tier skips, and fails under SGLANG_SUPERVISOR_REQUIRE_ALL_TIERS=1.
-Measured here: deps 104 s, sglang 0.5.23 26 s (2.3 GB, mostly triton and torch); cached runs reuse them.
-
-No 0.5.1x release yet: 0.5.17's `server_args` imports torchvision and transformers at module
-level, and PyPI's torchvision does not import beside the machine's CPU torch 2.13 file.
+  <cache>/deps-tv/        for 0.5.13 and 0.5.17, whose `server_args` import chain reaches
+                                torchvision (sglang/srt/utils/common.py) and transformers: PyPI's
+                                torchvision does not import beside the CPU torch 2.13 file, so this
+                                layer has torch 2.14.1 + torchvision 0.29.1 (the pair this machine's
+                                pip takes from local disk; a CUDA build, never run on a GPU here)
+                                and transformers plus the few modules that chain imports.
+Measured here on 2 busy cores (cold): deps 356 s, deps-tv 783 s + 60 s, sglang 0.5.23 152 s,
+0.5.17 83 s, 0.5.13 53 s; warm (all cached): about 10 s of imports per release.
+A stub of torchvision was tried and dropped: transformers probes torchvision with find_spec and,
+finding the stub, imports half of it (transforms.v2, io.ImageReadMode...).
 """
 
 from __future__ import annotations
@@ -22,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from tiers import require
+from tiers import cache_dir, require
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "compat"
+CACHE = cache_dir("compat")
 # `pip install torch==2.13.0` takes the CPU wheel the machine image ships (no multi-GB CUDA build).
 TORCH = "torch==2.13.0"
 DEPS = [
@@ -46,6 +53,18 @@ DEPS = [
     "ipython",
     "aiohttp",
     "huggingface_hub",
+]
+# torch 2.14.1 + torchvision 0.29.1: the pair that imports together (see the docstring).
+DEPS_TV = [
+    "torch==2.14.1",
+    "torchvision==0.29.1",
+    *[d for d in DEPS if not d.startswith("torch")],
+    "transformers==5.12.1",
+    "sentencepiece",
+    "openai",
+    "dill",
+    "partial_json_parser",
+    "xgrammar",
 ]
 INSTALL_TIMEOUT_S = 1800
 TIMES = CACHE / "build-times.json"
@@ -116,5 +135,31 @@ def sglang_python(version: str, deps: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def deps_tv_site() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    python, why = _venv(CACHE / "deps-tv", DEPS_TV, " ".join(DEPS_TV))
+    require(python is not None, f"cannot build the compat deps-tv venv (torch+torchvision...): {why}")
+    return next((CACHE / "deps-tv" / "lib").glob("python3*/site-packages"))
+
+
+@pytest.fixture(scope="session")
 def real_sglang_0523(deps_site: Path) -> str:
     return sglang_python("0.5.23", deps_site)
+
+
+@pytest.fixture(scope="session")
+def real_sglang_0517(deps_tv_site: Path) -> str:
+    return sglang_python("0.5.17", deps_tv_site)
+
+
+@pytest.fixture(scope="session")
+def real_sglang_0513(deps_tv_site: Path) -> str:
+    return sglang_python("0.5.13", deps_tv_site)
+
+
+@pytest.fixture(scope="session", params=["0.5.13", "0.5.17", "0.5.23"])
+def real_sglang(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(version, python) of each release in the tier: legacy flags, the H200's, the default."""
+    version: str = request.param
+    fixture = {"0.5.13": "real_sglang_0513", "0.5.17": "real_sglang_0517", "0.5.23": "real_sglang_0523"}
+    return version, request.getfixturevalue(fixture[version])

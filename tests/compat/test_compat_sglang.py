@@ -42,9 +42,12 @@ def rendered_engine_args(version: str) -> dict[str, list[str]]:
     return out
 
 
-def test_every_rendered_profile_is_accepted_by_sglang_0523(real_sglang_0523: str) -> None:
-    answer = check(real_sglang_0523, rendered_engine_args("0.5.23"))
-    assert answer["version"] == "0.5.23"
+def test_every_rendered_profile_is_accepted_by_each_release(real_sglang: tuple[str, str]) -> None:
+    """Every etc/ profile, rendered for 0.5.13 (legacy flags), 0.5.17 and 0.5.23, parses with
+    that release's own parser: no unknown flag, no abbreviation, no argparse error."""
+    version, python = real_sglang
+    answer = check(python, rendered_engine_args(version))
+    assert answer["version"] == version
     for name, result in answer["results"].items():
         assert result["error"] is None, (name, result["error"])
         assert result["unknown"] == [], (name, result["unknown"])
@@ -97,3 +100,46 @@ def test_flag_catalogue_0523_equals_the_real_parser(real_sglang_0523: str) -> No
     ours = set(engine.flag_catalog("0.5.23").options) - ARGPARSE_OWN
     assert ours - real == set(), "in our catalogue, not in sglang 0.5.23"
     assert real - ours == set(), "in sglang 0.5.23, missing from our catalogue"
+
+
+def test_every_backward_rename_is_confirmed_by_sglang_0513(real_sglang_0513: str) -> None:
+    """New per-phase flag rejected by 0.5.13, the legacy flag ENGINE migrates it to accepted."""
+    new_catalog = engine.flag_catalog("0.5.23")
+    argvs: dict[str, list[str]] = {}
+    for i, rule in enumerate(engine._BACKWARD):
+        value = [rule.old_value] if rule.old_value else _sample_value(rule.old, new_catalog)
+        new = [rule.old, *value]
+        migrated = engine.migrate_args(new, "0.5.13")
+        assert migrated.migrations, rule
+        argvs[f"new {i}"] = [*MODEL, *new]
+        argvs[f"old {i}"] = [*MODEL, *migrated.args]
+    answer = check(real_sglang_0513, argvs)["results"]
+    for i, rule in enumerate(engine._BACKWARD):
+        rejected = answer[f"new {i}"]
+        assert rule.old in rejected["unknown"] or rule.old in (rejected["error"] or ""), (rule, rejected)
+        old = answer[f"old {i}"]
+        assert old["error"] is None and old["unknown"] == [] and old["abbreviations"] == {}, (rule, old)
+
+
+def test_forward_renames_are_accepted_by_sglang_0517(real_sglang_0517: str) -> None:
+    """What ENGINE migrates legacy flags to on the H200's release is what 0.5.17 parses."""
+    old_catalog = engine.flag_catalog("0.5.13")
+    target = engine.flag_catalog("0.5.17")
+    argvs: dict[str, list[str]] = {}
+    for i, rule in enumerate(engine._FORWARD):
+        value = [rule.old_value] if rule.old_value else _sample_value(rule.old, old_catalog)
+        old = [rule.old, *value]
+        if len(old) == 1 and rule.new_value is None:
+            old += _sample_value(rule.new, target)
+        argvs[f"new {i}"] = [*MODEL, *engine.migrate_args(old, "0.5.17").args]
+    for name, result in check(real_sglang_0517, argvs)["results"].items():
+        assert result["error"] is None and result["unknown"] == [], (name, argvs[name], result)
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.17"])
+def test_flag_catalogue_equals_the_real_parser(version: str, request: pytest.FixtureRequest) -> None:
+    python = request.getfixturevalue("real_sglang_" + version.replace(".", ""))
+    real = set(check(python, {}, list_options=True)["options"])
+    ours = set(engine.flag_catalog(version).options) - ARGPARSE_OWN
+    assert ours - real == set(), f"in our catalogue, not in sglang {version}"
+    assert real - ours == set(), f"in sglang {version}, missing from our catalogue"

@@ -1,11 +1,12 @@
 """Fleet tier: the real `sglang-router` wheel (the SGLang Model Gateway) and `kubernetes-validate`,
-each in its own venv under .cache/fleet/ (gitignored, reused; marked ready only after a complete
-install, so an interrupted build is redone). Without network or wheels the tier skips, and fails
+each in its own venv under ~/.cache/sglang-supervisor-tests/fleet/ (tiers.cache_dir: outside the
+checkout, reused by clones; marked ready only after a complete install, so an interrupted build is
+redone). Without network or wheels the tier skips, and fails
 under SGLANG_SUPERVISOR_REQUIRE_ALL_TIERS=1 (CI).
 
 Measured here on 2 shared cores: router venv cold 40-60 s (sglang-router 0.3.2 and its few
 dependencies, about 60 MB), kubernetes-validate venv cold about 30 s; warm runs reuse both.
-Build times land in .cache/fleet/build-times.json.
+Build times land in <cache>/fleet/build-times.json.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tiers import require
+from tiers import cache_dir, require
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "fleet"
+CACHE = cache_dir("fleet")
 TIMES = CACHE / "build-times.json"
 # The gateway's Python entry point and Rust core come in one abi3 wheel; pinned so that a new
 # release with another worker API is a deliberate change (gateway.py documents what it expects).

@@ -121,7 +121,7 @@ def test_engine_port_already_in_use_exits_temporary(daemons: list[Daemon], tmp_p
 
 class StateKnownBad:
     def __init__(self, workdir: Path) -> None:
-        self.path = workdir / "state" / "state.json"
+        self.path = workdir / "state" / "demo.state.json"
 
     def profiles(self) -> set[str]:
         if not self.path.exists():

@@ -58,6 +58,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(500, b"internal error")
         if gw.mode == "html":
             return self._send(200, b"<html><body>Welcome to nginx!</body></html>", "text/html")
+        if gw.mode == "echo-auth":  # a proxy's error page quoting the request it refused
+            return self._send(400, f"bad request, you sent authorization: {self.headers.get('authorization')}"
+                              .encode(), "text/plain")
         if gw.mode == "wrong-key" and self.headers.get("authorization") != "Bearer right":
             return self._send(401, b'{"error":"Unauthorized"}')
         if self.command == "POST":
@@ -117,7 +120,7 @@ def test_a_bad_gateway_costs_a_warning_and_a_metric_never_the_engine(
     gw = None if mode == "down" else FakeGateway(mode)
     url = gw.url if gw else f"http://127.0.0.1:{free_port()}"  # nothing listens there
     key = tmp_path / "gateway-key"
-    key.write_text("wrong\n")
+    key.write_text("wrong-key-0123456789\n")
     key.chmod(0o600)
     d = start(daemons, tmp_path, gateway_config(tmp_path, url, api_key_file=str(key)))
     d.notified("READY=1")
@@ -131,7 +134,7 @@ def test_a_bad_gateway_costs_a_warning_and_a_metric_never_the_engine(
     assert len([e for e in d.named("gateway.unavailable") if e.get("op") == "register"]) == 1
     assert d.named("engine.stop") == []
     if gw is not None and mode == "wrong-key":
-        assert {c[3] for c in gw.calls} == {"Bearer wrong"}
+        assert {c[3] for c in gw.calls} == {"Bearer wrong-key-0123456789"}
     stop_cleanly(d)
     if gw is not None:
         gw.shutdown()
@@ -182,3 +185,23 @@ def test_a_registration_left_by_a_killed_supervisor_is_removed_by_the_next_one(
     assert methods.index("DELETE") < len(methods) - 1 - methods[::-1].index("POST")  # DELETE first
     stop_cleanly(again)
     gw.shutdown()
+
+
+def test_the_gateway_key_is_never_printed_even_when_the_gateway_quotes_it(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    gw = FakeGateway("echo-auth")
+    secret = "gw-0123456789abcdef-secret"
+    key = tmp_path / "gateway-key"
+    key.write_text(secret + "\n")
+    key.chmod(0o600)
+    d = start(daemons, tmp_path, gateway_config(tmp_path, gw.url, api_key_file=str(key)))
+    d.notified("READY=1")
+    metrics = str(d.event("metrics_listening")["url"])
+    warn = d.event("gateway.unavailable", op="register")
+    assert warn["problem"] == "rejected" and "you sent" in warn["detail"]
+    assert {c[3] for c in gw.calls} == {f"Bearer {secret}"}  # the gateway did get it
+    _, status = get(metrics + "/status")
+    stop_cleanly(d)
+    gw.shutdown()
+    assert secret not in "\n".join(d.raw)
+    assert secret not in json.dumps(status)

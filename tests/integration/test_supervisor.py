@@ -74,7 +74,7 @@ def test_capture_success_ready_after_every_capture_and_probe(daemons, workdir) -
     assert max(i for i, n in enumerate(order) if n == "engine.capture_end") < order.index(
         "supervisor.ready")
     assert any(n.startswith("STATUS=") and "profile=tuned" in n for n in d.notes)
-    state = json.loads((workdir / "state" / "state.json").read_text())
+    state = json.loads((workdir / "state" / "demo.state.json").read_text())
     assert "tuned" in json.dumps(state)
     log_text = (workdir / "engine.log").read_text()
     assert "The server is fired up and ready to roll!" in log_text

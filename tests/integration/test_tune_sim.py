@@ -103,7 +103,7 @@ def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Pat
     # run: the same fingerprint, the winner first
     config = load_config(path)
     prepared = prepare(config, "0.5.23")
-    store = state.StateStore(config.state_dir)
+    store = state.StateStore(config.state_dir, config.name)
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == working
     settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -340,7 +341,9 @@ class Sandbox:
         cg = self.prop(unit, "ControlGroup")
         if not cg:
             return []
-        out = self.run("sh", "-c", f"cat $(find /sys/fs/cgroup{cg} -name cgroup.procs) 2>/dev/null",
+        # quoted: a template instance's slice is escaped (system-sglang\x2dsupervisor.slice)
+        where = shlex.quote(f"/sys/fs/cgroup{cg}")
+        out = self.run("sh", "-c", f"cat $(find {where} -name cgroup.procs) 2>/dev/null",
                        check=False).stdout
         return sorted(int(x) for x in out.split())
 

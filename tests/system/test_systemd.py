@@ -304,7 +304,10 @@ def test_reload_rereads_the_configuration(box: Sandbox) -> None:
     main = box.prop(UNIT, "MainPID")
     old = engine_pids(box)
     cfg = demo_config()
-    cfg["engine"]["port"] = yaml.safe_load(QWEN_YAML.read_text())["engine"]["port"]
+    running = yaml.safe_load(QWEN_YAML.read_text())
+    cfg["engine"]["port"] = running["engine"]["port"]
+    # the metrics endpoint is bound at start: a reload that moved it would be refused
+    cfg["metrics"]["address"] = running["metrics"]["address"]
     cfg["engine"]["env"] = {"SYSTEST_RELOADED": "1"}  # changes the engine's environment
     write_config(cfg)
     mark = cursor(box)

@@ -28,7 +28,7 @@ DEMO_LINK = REPO / "etc" / "sglang-supervisor" / "demo.yaml"
 MINIMAL = """\
 engine:
   command: [python3, -m, sglang.launch_server]
-  model_path: /models/m
+  model_path: org/m
   args:
     tp-size: 2
     mem-fraction-static: 0.88
@@ -74,7 +74,7 @@ def test_minimal_config_loads_with_defaults() -> None:
 
 def test_shipped_configs_load() -> None:
     qwen = load_config(QWEN)
-    assert qwen.engine.model_path == "/root/models/Qwen3.6-27B"
+    assert qwen.engine.model_path == "Qwen/Qwen3.6-27B"
     assert qwen.engine.port == 30000
     assert qwen.engine.host == "127.0.0.1"
     assert qwen.engine.args["tp-size"] == 2
@@ -158,7 +158,7 @@ def test_type_errors_name_the_path_and_the_expected_type() -> None:
 
 
 def test_missing_required_key() -> None:
-    p = only_problem(MINIMAL.replace("  model_path: /models/m\n", ""))
+    p = only_problem(MINIMAL.replace("  model_path: org/m\n", ""))
     assert p.path == "engine.model_path"
     assert "missing" in p.problem
     assert "model_path" in p.fix

@@ -12,7 +12,7 @@ import yaml
 from sglang_supervisor.config import Config, ConfigError, parse_config
 from sglang_supervisor.supervisor import gateway_key
 
-BASE = {"engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "/m"},
+BASE = {"engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "org/m"},
         "profiles": [{"name": "first"}]}
 
 
@@ -42,13 +42,13 @@ def test_urls_are_checked_and_normalised() -> None:
 
 def test_the_key_file_follows_the_engine_key_rules(tmp_path: Path) -> None:
     key = tmp_path / "gw-key"
-    key.write_text("secret\n")
+    key.write_text("secret-0123456789abcdef\n")
     key.chmod(0o644)
     [(path, problem)] = problems(config(url="http://gw:1", api_key_file=str(key)))
     assert path == "gateway.api_key_file" and "readable by every user" in problem
     key.chmod(0o600)
     c = parse_config(config(url="http://gw:1", api_key_file=str(key)), "t")
-    assert gateway_key(c) == "secret"
+    assert gateway_key(c) == "secret-0123456789abcdef"
     assert problems(config(url="http://gw:1", api_key_file="relative/key"))[0][0] == "gateway.api_key_file"
 
 
@@ -61,3 +61,12 @@ def test_an_unusable_key_is_a_configuration_error(tmp_path: Path) -> None:
         gateway_key(c)
     assert info.value.problems[0].path == "gateway.api_key_file"
     assert "one line" in info.value.problems[0].problem
+
+
+def test_credentials_in_a_gateway_url_are_refused() -> None:
+    # The URLs are printed in every gateway log line and in /status: a password there would leak.
+    for key in ("url", "advertise_url"):
+        gw = {"url": "http://gw:1", key: "http://admin:s3cret-s3cret-s3cret@10.0.0.5:30080"}
+        [(path, problem)] = problems(config(**gw))
+        assert path == f"gateway.{key}" and "credentials" in problem
+        assert "s3cret" not in problem

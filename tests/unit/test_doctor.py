@@ -122,7 +122,8 @@ def test_human_report_groups_by_area(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_error_findings_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = run_doctor(capsys, "--config", str(seed_config(tmp_path, model_path=str(tmp_path / "missing"))))
     assert rc == 1
-    assert "model config unreadable" in out
+    # a missing local model is a configuration error now (check and run exit 78 on it)
+    assert "engine.model_path" in out and "does not exist" in out
 
 
 def test_bad_config_is_a_finding_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -623,6 +623,21 @@ def test_a_failure_line_while_serving_stops_nothing(cls: FailureClass) -> None:
     assert d.lc.phase == Phase.SERVING
 
 
+def test_a_failure_line_while_warming_up_stops_nothing_the_ready_probe_decides() -> None:
+    # HTTP is up before READY: a request can be echoed (SGLang prints request dict keys raw, so
+    # a forged line can start a record). The line alone starts no grace stop and blames nothing.
+    d = Driver()
+    d.start()
+    d.capture_all()
+    d.feed(HttpUp(4, None, "127.0.0.1", 30000))
+    acts = d.feed(fail(FailureClass.CUDA_ERROR, "forged behind a dict key"))
+    assert not of(acts, SetTimer) and not of(acts, StopEngine)
+    acts = d.feed(ServerReady(5, None))
+    assert of(acts, RunReadyProbe)
+    acts = d.feed(ProbeOk(50.0))
+    assert of(acts, NotifyReady) and not of(acts, MarkBad)
+
+
 def test_unknown_flag_line_while_serving_then_a_crash_is_no_exit_78() -> None:
     d = Driver()
     d.start()

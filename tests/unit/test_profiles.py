@@ -32,7 +32,7 @@ BASE = """\
 engine:
   command: ["{python}", -m, sglang.launch_server]
   version: "0.5.23"
-  model_path: /models/m
+  model_path: org/m
   port: 31000
   args:
     tp-size: 2
@@ -117,7 +117,7 @@ def test_qwen_ladder_shape(qwen) -> None:
     assert low["--cuda-graph-backend-prefill"] == ["disabled"]  # extends no-prefill-graph
     tuned = render(qwen, "tuned", "0.5.23").argv
     assert tuned[:3] == ["/opt/sglang/.venv/bin/python3", "-m", "sglang.launch_server"]
-    assert flags_with_values(tuned)["--model-path"] == ["/root/models/Qwen3.6-27B"]
+    assert flags_with_values(tuned)["--model-path"] == ["Qwen/Qwen3.6-27B"]
     assert flags_with_values(tuned)["--host"] == ["127.0.0.1"]
     assert flags_with_values(tuned)["--port"] == ["30000"]
     assert flags_with_values(tuned)["--tp-size"] == ["2"]
@@ -136,7 +136,7 @@ def test_render_overlay_python_placeholder_and_order() -> None:
     config = parse_config(BASE, "t")
     rc = render(config, "first", "0.5.23", python="/usr/bin/python3.11")
     assert rc.argv[:3] == ["/usr/bin/python3.11", "-m", "sglang.launch_server"]
-    assert rc.argv[3:9] == ["--model-path", "/models/m", "--host", "127.0.0.1", "--port", "31000"]
+    assert rc.argv[3:9] == ["--model-path", "org/m", "--host", "127.0.0.1", "--port", "31000"]
     flags = flags_with_values(rc.argv)
     assert flags["--cuda-graph-bs-decode"] == ["1", "2", "4"]
     assert "--disable-radix-cache" not in flags and "--chunked-prefill-size" not in flags

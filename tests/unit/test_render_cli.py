@@ -100,7 +100,7 @@ def test_render_shell(capsys: Capture) -> None:
     assert out.startswith("# profile no-spec (sglang 0.5.23)")
     assert "# migrated: --mamba-scheduler-strategy extra_buffer -> --mamba-radix-cache-strategy" in out
     assert ("/opt/sglang/.venv/bin/python3 -m sglang.launch_server \\\n"
-            "  --model-path /root/models/Qwen3.6-27B") in out
+            "  --model-path Qwen/Qwen3.6-27B") in out
 
 
 def test_render_unknown_profile_lists_the_names(capsys: Capture) -> None:

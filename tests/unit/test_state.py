@@ -220,3 +220,164 @@ def test_concurrent_writers_lose_nothing_and_never_half_write(tmp_path: Path) ->
     assert errors == []
     final = StateStore(tmp_path).snapshot()
     assert set(final.baselines) == {f"w{w}-{i}" for w in range(2) for i in range(60)}
+
+
+# -- hostile content: any bytes in the file are moved aside, never an exception ------------------
+
+_GOOD_RECORD = {"failure_class": "hang", "at": 1.0, "count": 1}
+
+
+def _doc(**fp_fields: object) -> bytes:
+    return json.dumps({"version": 1, "fingerprints": {FP: fp_fields}}).encode()
+
+
+HOSTILE: dict[str, bytes] = {
+    "invalid JSON": b'{"version": 1, "fingerprints": {',
+    "invalid UTF-8": b'{"version": 1, "x": "\xff\xfe"}',
+    "deep nesting": b"[" * 200_000 + b"]" * 200_000,
+    "deep nesting inside a record": b'{"version": 1, "fingerprints": {"a": ' + b"[" * 100_000,
+    "infinite timestamp": _doc(bad={"p": {**_GOOD_RECORD, "at": 1e400}}),
+    "NaN timestamp": b'{"version": 1, "fingerprints": {"a": {"touched": NaN}}}',
+    "negative timestamp": _doc(last_good={"profile": "p", "at": -5}),
+    "timestamp in year 10000+": _doc(touched=1e12),
+    "count out of range": _doc(bad={"p": {**_GOOD_RECORD, "count": 10**30}}),
+    "count of zero": _doc(bad={"p": {**_GOOD_RECORD, "count": 0}}),
+    "boolean count": _doc(bad={"p": {**_GOOD_RECORD, "count": True}}),
+    "boolean version": b'{"version": true}',
+    "string timestamp": _doc(last_good={"profile": "p", "at": "yesterday"}),
+    "list where an object belongs": _doc(bad=["p"]),
+    "number as a profile name": _doc(last_good={"profile": 7, "at": 1.0}),
+    "control character in a name": _doc(last_good={"profile": "p\nq", "at": 1.0}),
+    "empty name": _doc(bad={"": _GOOD_RECORD}),
+    "huge name": _doc(last_good={"profile": "p" * 100_000, "at": 1.0}),
+    "a number with 5000 digits": b'{"version": 1, "internal_errors": ' + b"9" * 5000 + b"}",
+    "baseline of infinity":
+        json.dumps({"version": 1, "baselines": {"k": {"value": 1e999, "at": 1}}}).encode(),
+    "top level is a string": b'"state"',
+    "empty file": b"",
+    "bigger than the cap": b'{"version": 1, "pad": "' + b"x" * (5 << 20) + b'"}',
+}
+
+
+@pytest.mark.parametrize("content", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_any_hostile_content_is_moved_aside_naming_where(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "m.state.json").write_bytes(content)
+    with structlog.testing.capture_logs() as logs:
+        store = StateStore(tmp_path, "m")
+        assert store.snapshot() == State()
+    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    assert warning["reason"] and len(warning["reason"]) <= 300
+    moved = Path(warning["moved_to"])
+    assert moved.parent == tmp_path and moved.name.startswith("m.state.json.corrupt-")
+    assert moved.read_bytes() == content  # kept for inspection, byte for byte
+    assert not (tmp_path / "m.state.json").exists()
+    assert store.mark_good(FP, "eager", 1.0)  # and the store works on
+    assert StateStore(tmp_path, "m").last_good(FP) == "eager"
+
+
+def test_content_corrupted_while_running_is_moved_aside_at_the_next_read(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, "m")
+    store.mark_good(FP, "eager", 1.0)
+    (tmp_path / "m.state.json").write_bytes(HOSTILE["infinite timestamp"])
+    with structlog.testing.capture_logs() as logs:
+        assert store.last_good(FP) is None  # what a reload reads
+    assert [e["event"] for e in logs] == ["state_corrupt"]
+
+
+def test_a_file_that_cannot_be_moved_aside_is_reported_once(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "m.state.json").write_bytes(b"{")
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with structlog.testing.capture_logs() as logs:
+        store = StateStore(tmp_path, "m")
+        for _ in range(3):
+            assert store.snapshot() == State()
+    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    assert warning["moved_to"] is None
+
+
+def test_only_the_newest_corrupt_files_are_kept(tmp_path: Path) -> None:
+    for i in range(6):
+        (tmp_path / f"m.state.json.corrupt-2026010{i}T000000-1").write_text("x")
+        os.utime(tmp_path / f"m.state.json.corrupt-2026010{i}T000000-1", (i, i))
+    (tmp_path / "m.state.json").write_bytes(b"{")
+    StateStore(tmp_path, "m")
+    kept = {p.name for p in tmp_path.glob("m.state.json.corrupt-*")}
+    old = {"m.state.json.corrupt-20260105T000000-1", "m.state.json.corrupt-20260104T000000-1"}
+    assert len(kept) == 3 and old < kept  # the one just moved aside and the two newest before it
+
+
+def test_each_model_has_its_own_file(tmp_path: Path) -> None:
+    StateStore(tmp_path, "qwen").mark_bad(FP, "tuned", "capture_oom", 1.0)
+    assert StateStore(tmp_path, "llama").known_bad(FP, 1.0, DAY) == {}
+    assert list(StateStore(tmp_path, "qwen").known_bad(FP, 1.0, DAY)) == ["tuned"]
+    assert sorted(p.name for p in tmp_path.glob("*.state.json")) == ["qwen.state.json"]
+
+
+def test_the_shared_file_of_older_releases_seeds_each_models_file_once(tmp_path: Path) -> None:
+    legacy = StateStore(tmp_path)
+    legacy.mark_good(FP, "eager", 1.0)
+    legacy.mark_bad(FP, "tuned", "hang", 1.0)
+    with structlog.testing.capture_logs() as logs:
+        qwen = StateStore(tmp_path, "qwen")
+    assert qwen.last_good(FP) == "eager" and list(qwen.known_bad(FP, 1.0, DAY)) == ["tuned"]
+    assert [e["event"] for e in logs] == ["state_seeded"]
+    qwen.forget("tuned")
+    assert StateStore(tmp_path, "qwen").known_bad(FP, 1.0, DAY) == {}  # not seeded again
+    assert list(StateStore(tmp_path).known_bad(FP, 1.0, DAY)) == ["tuned"]  # the shared file is left
+
+
+def test_a_corrupt_shared_file_seeds_nothing_and_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_bytes(b"{")
+    with structlog.testing.capture_logs() as logs:
+        assert StateStore(tmp_path, "qwen").snapshot() == State()
+    assert [e["event"] for e in logs] == ["state_seed_skipped"]
+    assert (tmp_path / STATE_FILE).read_bytes() == b"{"
+
+
+def test_forget_one_profile_or_the_whole_memory(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, "qwen")
+    store.mark_good(FP, "eager", 1.0)
+    store.mark_bad(FP, "tuned", "hang", 2.0)
+    store.mark_bad(FP, "no-spec", "capture_oom", 2.0)
+    store.mark_bad("other-fp", "tuned", "hang", 2.0)
+    store.set_baseline("k", 10.0, 2.0)
+    assert store.forget("tuned") == 2
+    assert list(store.known_bad(FP, 2.0, DAY)) == ["no-spec"] and store.last_good(FP) == "eager"
+    assert store.forget("tuned") == 0
+    assert store.forget() == 2  # no-spec's record and eager's last-good
+    assert store.known_bad(FP, 2.0, DAY) == {} and store.last_good(FP) is None
+    assert store.baseline("k") is not None  # speed measurements are not failures
+
+
+def test_below_best_since_survives_restarts_and_clears_at_the_best(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, "qwen")
+    store.mark_serving(FP, "eager", 100.0, below_best=True)
+    store.mark_serving(FP, "eager", 500.0, below_best=True)
+    assert StateStore(tmp_path, "qwen").fingerprint_state(FP).below_best_since == 100.0
+    store.mark_serving(FP, "tuned", 900.0, below_best=False)
+    assert store.fingerprint_state(FP).below_best_since is None
+    s = with_good(State(), "fp", "eager", 5.0)  # tune's mark: leaves it as it was
+    assert s.fingerprints["fp"].below_best_since is None
+
+
+def test_internal_errors_are_counted_across_instances(tmp_path: Path) -> None:
+    StateStore(tmp_path, "qwen").count_internal_error()
+    StateStore(tmp_path, "qwen").count_internal_error()
+    assert StateStore(tmp_path, "qwen").snapshot().internal_errors == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another owner")
+def test_root_writes_keep_the_service_users_ownership(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, "qwen")
+    store.mark_good(FP, "eager", 1.0)
+    os.chown(tmp_path, 4242, 4343)
+    os.chown(tmp_path / "qwen.state.json", 4242, 4343)
+    StateStore(tmp_path, "qwen").forget()  # `sudo sglang-supervisor forget`
+    for name in ("qwen.state.json", "qwen.state.json.lock"):
+        st = (tmp_path / name).stat()
+        assert (st.st_uid, st.st_gid) == (4242, 4343), name

@@ -71,7 +71,7 @@ def test_persist_makes_the_winner_run_first(tmp_path: Path) -> None:
     config = load_config(path)
     prepared = prepare(config, "0.5.23")
     assert tune.persist(prepared, rank(RESULTS)) == "spec"
-    store = state.StateStore(config.state_dir)
+    store = state.StateStore(config.state_dir, config.name)
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == ["spec", "no-spec", "eager"]
     # `run` builds its policy from the store the same way: the winner is tried first.
@@ -94,4 +94,4 @@ def test_nothing_persisted_when_nothing_served(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     prepared = prepare(load_config(path), "0.5.23")
     assert tune.persist(prepared, [TuneResult("a", False, failure="hang")]) is None
-    assert not (tmp_path / "state" / "state.json").exists()
+    assert not list((tmp_path / "state").glob("*.json"))

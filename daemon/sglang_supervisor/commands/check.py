@@ -62,6 +62,14 @@ def main(args: argparse.Namespace) -> int:
                 read_api_key(config.engine)
             except ConfigError as exc:
                 problems += exc.problems
+        if not problems and config.gateway.api_key_file is not None:
+            # The daemon's module doubles check's start-up time: load it only when needed.
+            from sglang_supervisor.supervisor import gateway_key  # noqa: PLC0415
+
+            try:
+                gateway_key(config)  # `run` reads it at start the same way
+            except ConfigError as exc:
+                problems += exc.problems
         if problems:
             raise ConfigError(problems, args.config)
     except ConfigError as exc:

@@ -1,38 +1,88 @@
-"""`logscan FILE... [--json]`: why did my server not come up? The daemon's parser, offline."""
+"""`logscan FILE... [--json] [--run N] [--explain]`: why did my server not come up? The daemon's
+parser, offline. The JSON object is a stable contract: docs/LOGSCAN.md."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
+from sglang_supervisor.config import ConfigError, load_config
+from sglang_supervisor.events import FailureClass
 from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.logwatch import LogSummary, parse_stream, summarize
+from sglang_supervisor.logruns import Run, scan_runs
+from sglang_supervisor.logwatch import LogSummary, summarize
+from sglang_supervisor.policy import choose_next
 
 
 def main(args: argparse.Namespace) -> int:
     status = ExitCode.OK
     for name in args.files:
         try:
-            summary = _scan(name)
+            runs = _scan(name)
         except OSError as exc:
             reason = exc.strerror or str(exc)
             print(f"logscan: cannot read {name}: {reason}", file=sys.stderr)
             status = ExitCode.FAILURE
             continue
+        wanted = -1 if args.run is None else args.run
+        index = wanted - 1 if wanted > 0 else len(runs) + wanted
+        if not 0 <= index < len(runs):
+            print(f"logscan: {name} holds {len(runs)} run(s); --run {wanted} is not one of them "
+                  f"(1..{len(runs)}, or -1 for the last)", file=sys.stderr)
+            status = ExitCode.FAILURE
+            continue
+        run = runs[index]
+        summary = summarize(run.events)
+        explain = _explain(summary, args.config) if args.explain else None
         if args.json:
-            print(json.dumps({"file": name, **summary.to_json()}))
+            row = {"file": name, **summary.to_json(), "run": run.index,
+                   "runs": [_run_row(r, summarize(r.events) if r is not run else summary) for r in runs]}
+            if explain is not None:
+                row["explain"] = explain
+            print(json.dumps(row))
         else:
             _report(name, summary, sys.stdout)
+            _report_runs(runs, run, sys.stdout)
+            if explain is not None:
+                _report_explain(explain, sys.stdout)
     return int(status)
 
 
-def _scan(name: str) -> LogSummary:
+def _scan(name: str) -> list[Run]:
     if name == "-":
-        return summarize(parse_stream(sys.stdin.buffer.read))
+        return scan_runs(sys.stdin.buffer.read)
     with open(name, "rb") as fh:
-        return summarize(parse_stream(fh.read))
+        return scan_runs(fh.read)
+
+
+def _run_row(run: Run, s: LogSummary) -> dict[str, Any]:
+    return {"run": run.index, "first_line": run.first_line, "last_line": run.last_line, "ready": s.ready,
+            "phase": s.phase, "failure": None if s.failure is None else s.failure["class"]}
+
+
+def _explain(s: LogSummary, config_path: str) -> dict[str, Any] | None:
+    """The failure, and the profile the configuration's remediation rules start next."""
+    if s.failure is None:
+        return None
+    cls = FailureClass(s.failure["class"])
+    out: dict[str, Any] = {"class": cls.value, "line": s.failure["line"], "message": s.failure["message"],
+                           "hint": s.fix, "config": config_path, "after_profile": None,
+                           "next_profile": None, "rule": None, "next_description": None, "error": None}
+    try:
+        config = load_config(Path(config_path), on_warning=lambda p: None)
+    except (ConfigError, OSError) as exc:
+        out["error"] = f"cannot read {config_path}: {exc} (pass --config FILE)"
+        return out
+    order = tuple(p.name for p in config.profiles)
+    # The log does not say which profile ran: assume the first (best) one, the usual first start.
+    nxt, why = choose_next(cls, order[0], order, config.remediation, ())
+    out.update(after_profile=order[0], next_profile=nxt, rule=why)
+    if nxt is not None:
+        out["next_description"] = " ".join(config.profile(nxt).description.split()) or None
+    return out
 
 
 def _report(name: str, s: LogSummary, out: TextIO) -> None:
@@ -58,6 +108,38 @@ def _report(name: str, s: LogSummary, out: TextIO) -> None:
               file=out)
     if s.last_input_throughput is not None:
         print(f"  last prefill throughput: {s.last_input_throughput} tok/s", file=out)
+
+
+def _report_runs(runs: list[Run], shown: Run, out: TextIO) -> None:
+    if len(runs) < 2:
+        return
+    print(f"  this is run {shown.index} of {len(runs)} in the file (lines {shown.first_line}-"
+          f"{shown.last_line}); the others (logscan --run N shows one):", file=out)
+    for r in runs:
+        if r is shown:
+            continue
+        s = summarize(r.events)
+        state = "READY" if s.ready else "NOT READY"
+        failure = f", {s.failure['class']} at line {s.failure['line']}" if s.failure else ""
+        print(f"    run {r.index}: lines {r.first_line}-{r.last_line}: {state}{failure}", file=out)
+
+
+def _report_explain(e: dict[str, Any] | None, out: TextIO) -> None:
+    if e is None:
+        print("  explain: no failure in this run, nothing for the supervisor to fall back from", file=out)
+        return
+    print(f"  explain: {e['class']} at line {e['line']}: {e['message'][:300]}", file=out)
+    if e["error"] is not None:
+        print(f"    {e['error']}", file=out)
+        return
+    if e["next_profile"] is None:
+        print(f"    the supervisor would not start another profile after '{e['after_profile']}' "
+              f"({e['rule']}): it stops and the unit fails", file=out)
+        return
+    print(f"    the supervisor would start profile '{e['next_profile']}' next ({e['rule']}, "
+          f"after '{e['after_profile']}' in {e['config']})", file=out)
+    if e["next_description"]:
+        print(f"    {e['next_description'][:400]}", file=out)
 
 
 def _capture_line(capture: dict[str, Any]) -> str:

@@ -256,7 +256,7 @@ def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
     working = [r.profile for r in ranked if r.decode_tps_p50 is not None]
     if not working:
         return None
-    store = state.StateStore(prepared.config.state_dir)
+    store = state.StateStore(prepared.config.state_dir, prepared.config.name)
     fp = deployment_fingerprint(prepared)
     now = time.time()
     store.set_ranking(fp, working, now)

@@ -33,22 +33,30 @@ WEIGHTS_END = re.compile(
     r"Load weight end\.(?: elapsed=(?P<elapsed>[\d.]+) s)?.*?(?:mem usage=(?P<usage>[\d.]+) GB)?\.?$"
 )
 KV_KEY = "Cache is allocated"
-KV = re.compile(r"(?:^|\s)(?:Full |SWA )?KV Cache is allocated\. .*?#tokens: (?P<tokens>\d+)")
+# 0.4.3 prints sizes only (no #tokens): still the KV cache, its size unknown.
+KV = re.compile(r"(?:^|\s)(?:Full |SWA )?KV Cache is allocated\.(?: .*?#tokens: (?P<tokens>\d+))?")
 
 # -- graphs --------------------------------------------------------------------------------------
 CAPTURE_KEY = "apture "
 CAPTURE = re.compile(
-    r"Capture (?P<owner>target|draft) (?P<phase>prefill|decode|verify|extend) (?:CUDA|CPU|NPU|XPU|MUSA) "
+    r"Capture (?P<owner>target|draft) (?P<phase>prefill|decode|verify|extend) "
+    r"(?:CUDA|CPU|NPU|XPU|MUSA|cuda|cpu|npu|xpu|musa) "  # decode: the device's lower-case name
     r"graph (?P<state>begin|end)\.(?: backend=(?P<backend>\w+))?(?:.*?elapsed=(?P<elapsed>[\d.]+) s)?"
     r"(?:.*?mem usage=(?P<usage>[\d.]+) GB)?"
 )
 # <=0.5.13: decode graph, piecewise (prefill) graph, draft graphs.
 LEGACY_CAPTURE = re.compile(
-    r"Capture (?P<what>cuda|piecewise CUDA|draft cuda|draft extend cuda) graph (?P<state>begin|end)\."
+    r"Capture (?P<what>cuda|npu|cpu|musa|xpu|piecewise CUDA|draft cuda|draft extend cuda) graph "
+    r"(?P<state>begin|end)"
+    r"(?: \(step \d+\))?\."  # 0.5.9-0.5.13 multi-layer draft extend: `begin (step 2).`
     r"(?:.*?Time elapsed: (?P<elapsed>[\d.]+) s)?(?:.*?mem usage=(?P<usage>[\d.]+) GB)?"
 )
 LEGACY_KINDS = {
     "cuda": ("target", "legacy"),
+    "npu": ("target", "legacy"),  # Ascend (0.5.x: `Capture npu graph begin.`)
+    "cpu": ("target", "legacy"),
+    "musa": ("target", "legacy"),
+    "xpu": ("target", "legacy"),
     "piecewise CUDA": ("target", "piecewise"),
     "draft cuda": ("draft", "legacy"),
     "draft extend cuda": ("draft", "extend"),
@@ -102,11 +110,16 @@ ECHO_CONTINUATION_LINES = 1000
 REQUEST_ERROR_PREFIXES = (
     "[http_server] Error: ", "Error in request: ", "Exception in ASGI application",
     "ERROR:    Exception in ASGI application",
+    # Records about one request whose text the user steers (the model's tool call or reasoning,
+    # a request's lora_path, a client's disconnect): SGLang's own f-strings, 0.5.17 and 0.5.23.
+    "Tool call parsing error: ", "Reasoning parsing error: ", "DS32EncodingError: ",
+    "[http_server] Client disconnected: ", "Reloading evicted adapter: ",
 )
 
 # Where SGLang puts these records' key words: at the start of the message (after the header).
 # Matching them anywhere in a line would read them inside any text that merely quotes them.
-CRASH_PREFIXES = ("Received sigquit from a child process", "SIGQUIT received")
+# 0.4.x spells it `proces.` / `proces(s).`: the prefix ends before the spelling differs.
+CRASH_PREFIXES = ("Received sigquit from a child proces", "SIGQUIT received")
 
 # -- serving -------------------------------------------------------------------------------------
 DECODE_KEY = "Decode batch"
@@ -131,17 +144,26 @@ PREFILL_LINE = re.compile(
     r"(?:cuda|cpu|npu|musa) graph: (True|False), input throughput \(token/s\): ([\d.]+)"
 )
 DRAIN_KEYS = ("SIGTERM received", "Gracefully exiting")
+# The shell's report of a process killed by SIGKILL (the OOM killer, the launcher's kill of its
+# process tree after a sigquit): a line of its own, without a header.
+KILLED_LINE = "Killed"
 
 # -- failures ------------------------------------------------------------------------------------
 TRACEBACK_START = "Traceback (most recent call last):"
 SCHEDULER_EXCEPTION = "Scheduler hit an exception"
+# 0.3/0.4 print a traceback after these, with a header on the first line only, like the above.
+TP_EXCEPTIONS = ("Exception in run_tp_server:", "Exception in ModelTpServer:")
 # The final line of a Python exception: `torch.OutOfMemoryError: ...`, `Exception: ...`.
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?:: |$)")
+# torch.compile's own exception names end otherwise (`torch._dynamo.exc.Unsupported`,
+# `BackendCompilerFailed`): piecewise capture failures surface as those.
+EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Unsupported|CompilerFailed)(?:: |$)"
+)
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 # Fallout: the launcher reacting to a child that already failed. Never the root cause.
 CRASH_KEYS = (
-    "Received sigquit from a child process",
+    "Received sigquit from a child proces",  # 0.4.x spells it `proces.` / `proces(s).`
     "SIGQUIT received",
     "crashed with exit code",
 )
@@ -172,10 +194,16 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("Piecewise CUDA Graph failed with error", FailureClass.PREFILL_GRAPH_FAILED),
     ("Not enough memory. Please try to increase --mem-fraction-static", FailureClass.KV_CACHE_OOM),
     ("leave no GPU memory for the KV cache", FailureClass.KV_CACHE_OOM),
+    ("Capture prefill CUDA graph failed", FailureClass.PREFILL_GRAPH_FAILED),
+    ("Capture frozen-KV MTP cuda graph failed", FailureClass.DRAFT_CAPTURE_FAILED),
     ("Capture cuda graph failed", FailureClass.CAPTURE_FAILED),  # refined to OOM / draft
+    ("Capture CPU graph failed", FailureClass.CAPTURE_FAILED),
+    ("torch._dynamo.exc.Unsupported", FailureClass.PREFILL_GRAPH_FAILED),  # piecewise torch.compile
     ("scheduler died during initialization", FailureClass.SCHEDULER_DIED),
     ("Initialization failed. warmup error", FailureClass.WARMUP_FAILED),
     ("Scheduler watchdog timeout", FailureClass.WATCHDOG_TIMEOUT),
+    ("Watchdog timeout (self.watchdog_timeout=", FailureClass.WATCHDOG_TIMEOUT),  # <= 0.5.5
+    ("watchdog timeout (self.watchdog_timeout=", FailureClass.WATCHDOG_TIMEOUT),  # any debug_name
     ("Watchdog caught collective operation timeout", FailureClass.NCCL_TIMEOUT),
     ("c10::DistBackendError", FailureClass.NCCL_TIMEOUT),
     ("NCCL timeout", FailureClass.NCCL_TIMEOUT),
@@ -205,6 +233,7 @@ SIGNATURE_GATE = (
     "Watchdog",
     "NCCL",
     "CUBLAS",
+    "Unsupported",
 )
 OOM_WORDS = ("out of memory", "OutOfMemoryError")
 # Traceback frames that place an exception inside graph capture, or inside the draft model.

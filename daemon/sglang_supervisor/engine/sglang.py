@@ -532,6 +532,7 @@ def migrate_args(args: Sequence[str], version: str) -> ArgMigration:
     argv = [tok for item in out for tok in item.render()]
     problems.extend(p for p in target.validate(argv) if p.flag not in explained)
     problems.extend(_duplicates(out, target))
+    problems.extend(_forgeable_request_log(out, target))
     return ArgMigration(argv, migrations, problems)
 
 
@@ -623,6 +624,32 @@ def _duplicates(items: Sequence[_Item], target: FlagCatalog) -> list[FlagProblem
             )
         seen[name] = item.text()
     return problems
+
+
+def _forgeable_request_log(items: Sequence[_Item], target: FlagCatalog) -> list[FlagProblem]:
+    """`--log-requests` in SGLang's text form (the default) prints the keys of a request's dicts
+    unescaped (`'{k}': repr(v)` in request_logger.py, 0.5.17 and 0.5.23), and users choose the
+    keys of `sampling_params` (logged from level 1 up): a key with a newline writes whole lines
+    into the engine's output, which the supervisor reads. The json form escapes keys; a directory
+    target keeps the records out of that output (docs/FAULTS.md, "Residual risk")."""
+    given: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        if item.flag:
+            given[target.resolve(item.flag) or item.flag] = item.values
+    if "--log-requests" not in given:
+        return []
+    fmt = given.get("--log-requests-format", ("text",))
+    level = given.get("--log-requests-level", ("2",))
+    targets = [t.lower() for t in given.get("--log-requests-target", ("stdout",))]
+    if fmt[-1:] == ("json",) or level[-1:] == ("0",) or "stdout" not in targets:
+        return []
+    return [FlagProblem(
+        "--log-requests", "warning",
+        "--log-requests in the text form prints the keys of request dicts (sampling_params, "
+        "chat_template_kwargs) unescaped: an API user can write whole lines into the engine's "
+        "output, and the supervisor cannot tell them from the engine's own",
+        "add --log-requests-format json, or --log-requests-target DIRECTORY to log requests to files",
+    )]
 
 
 def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:

@@ -60,7 +60,8 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    failure/crash/capture/ready lines are echoed like
                                    --log-requests does (in its --log-requests-level/-format)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
-  +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
+  +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
+  happens on the node that hosts rank N); +when=--flag[=value] applies the fault only
   when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
 
 

@@ -27,6 +27,7 @@ from sglang_supervisor import gpu, ports, reloadplan, state, wayback
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
+from sglang_supervisor.enginehttp import EngineAnswerError
 from sglang_supervisor.engineinfo import detect_engine_version
 from sglang_supervisor.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
@@ -49,6 +50,7 @@ from sglang_supervisor.policy import (
     Action,
     CancelTimer,
     CaptureKey,
+    DecodeProgress,
     EngineExited,
     Exit,
     GpuBusy,
@@ -83,7 +85,13 @@ from sglang_supervisor.policy import (
     TimerFired,
     WaitTemporary,
 )
-from sglang_supervisor.probe import ProbeResult, engine_load
+from sglang_supervisor.probe import (
+    ProbeResult,
+    check_health,
+    decode_counters,
+    engine_load,
+    read_engine_metrics,
+)
 from sglang_supervisor.process import EngineProcess, engine_env, venv_bin_dir
 from sglang_supervisor.profiles import (
     RenderedCommand,
@@ -100,6 +108,7 @@ from sglang_supervisor.regression import (
     TryNextProfile,
 )
 from sglang_supervisor.rotation import Verdict, liveness, planned, readiness
+from sglang_supervisor.wedge import counters_grew
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -1150,21 +1159,32 @@ class Supervisor:
             self._monitor = None
 
     async def _health_loop(self, attempt: int) -> None:
+        """Health checks (bounded: `probe.check_health`), each followed by a look at the engine's
+        /metrics decode counters: progress since the last check means busy, not wedged."""
         url = self.base_url + health_path(self.prep.version)
         assert self._client is not None
+        counters: tuple[float | None, ...] | None = None
+        scrape = True  # until the engine shows it has no /metrics (no --enable-metrics)
         while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
             t = self.config.timeouts  # every round: a reload applies new timeouts at once
             await asyncio.sleep(t.health_interval_s)
-            try:
-                resp = await self._client.get(url, timeout=t.health_timeout_s)
-                ok, why = resp.status_code == 200, f"HTTP {resp.status_code}"
-            except httpx.TimeoutException:
-                ok, why = False, f"no answer within {t.health_timeout_s:g} s"
-            except (httpx.HTTPError, OSError) as exc:
-                ok, why = False, f"{type(exc).__name__}: {exc}"[:200]
+            result = await check_health(self._client, url, t.health_timeout_s)
+            if scrape:
+                try:
+                    m = await read_engine_metrics(self._client, self.base_url, self.prep.api_key,
+                                                  min(t.health_timeout_s, 5.0))
+                except EngineAnswerError as exc:
+                    m, scrape = None, exc.status != 404
+                now_counters = decode_counters(m)
+                progressed = counters_grew(counters, now_counters)
+                counters = now_counters if now_counters is not None else counters
+            else:
+                progressed = False
             if self.lifecycle.attempt != attempt:
                 return
-            self.feed(HealthOk() if ok else HealthFailed(why))
+            if progressed:
+                self.feed(DecodeProgress())
+            self.feed(HealthOk() if result.ok else HealthFailed(result.why))
 
     def _on_decision(self, decision: Decision, text: str) -> None:
         current = self.lifecycle.profile

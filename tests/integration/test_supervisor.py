@@ -138,7 +138,8 @@ def test_hang_during_capture_is_detected_and_falls_back(daemons, workdir) -> Non
 
 
 def test_hang_while_serving_is_wedged_and_restarted(daemons, workdir) -> None:
-    data = fault_first_profile(base_config(workdir), "hang:serving@25")
+    # 100 simulated s (2 s) after ready: the READY probe must finish first, on a loaded machine too
+    data = fault_first_profile(base_config(workdir), "hang:serving@100")
     data["restart"]["same_profile_retries"] = 0
     d = start(daemons, workdir, data)
     d.notified("READY=1")

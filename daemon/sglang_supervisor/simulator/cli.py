@@ -28,6 +28,7 @@ from sglang_supervisor.engine.sglang import parse_version
 from sglang_supervisor.simulator import args as simargs
 from sglang_supervisor.simulator import faults as faultmod
 from sglang_supervisor.simulator import (
+    misbehave,
     multinode,
     ranks,
     reqlog,
@@ -240,6 +241,9 @@ class Launcher:
         loop = asyncio.get_running_loop()
         engine = serving.Engine(cfg, self.log)
         self.engine = engine
+        tp0 = self.rank_procs[0] if self.rank_procs else None
+        if tp0 is not None and tp0.stdin is not None and tp0.stdout is not None:
+            engine.heartbeat = serving.SchedulerLink(tp0.stdin.fileno(), tp0.stdout.fileno()).beat
         mem = startup.memory_plan(cfg)
         engine.kv_tokens = mem.kv_tokens
         engine.memory_usage = {
@@ -272,7 +276,7 @@ class Launcher:
         health_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT") or 20) * self.scale
         api = server.Api(cfg, engine, self.log, max(health_s, 0.2), registry)
         config = uvicorn.Config(
-            server.build_app(api),
+            misbehave.Misbehave(server.build_app(api), engine, self.scale),
             host=cfg.host,
             port=cfg.port,
             log_config=LOG_CONFIG,
@@ -440,7 +444,7 @@ class Launcher:
         for f in self.faults:
             if (
                 f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback",
-                           "echo-hostile")
+                           "echo-hostile", "http", "health-slow-under-load")
                 and (f.kind != "hang" or f.stage == "serving")
                 and (f.kind != "crash" or f.stage is None)
             ):
@@ -459,6 +463,10 @@ class Launcher:
             engine.wedge()
         elif f.kind == "degrade":
             engine.degrade(f.factor or 1.0)
+        elif f.kind == "http" and f.stage and f.mode:
+            engine.http_faults[f.stage] = f.mode
+        elif f.kind == "health-slow-under-load":
+            engine.health_slow_s = (f.seconds or 60.0) * self.scale
         elif f.kind == "eager-fallback":
             engine.eager = True
         elif f.kind == "echo-hostile":

@@ -26,7 +26,8 @@ class StubEngine:
         self.ttft_s = ttft_s
         self.running = 0
         self.extra_running = 0  # simulated foreign traffic
-        self.generated = 0
+        self.generated = 0  # by our requests (probes)
+        self.foreign_generated = 0  # by the foreign traffic: busy engines generate tokens
         self.decode_none = 0
         self.eager = False
         self._server: MetricsServer | None = None
@@ -65,13 +66,14 @@ class StubEngine:
 
     async def _metrics(self, request: Request) -> Response:
         running = self.running + self.extra_running
+        self.foreign_generated += 10 * self.extra_running  # progress between two scrapes
         text = (
             "# TYPE sglang:num_running_reqs gauge\n"
             f'sglang:num_running_reqs{{model_name="stub",tp_rank="0"}} {running}\n'
             "# TYPE sglang:num_queue_reqs gauge\n"
             f'sglang:num_queue_reqs{{model_name="stub",tp_rank="0"}} 0\n'
             "# TYPE sglang:generation_tokens_total counter\n"
-            f'sglang:generation_tokens_total{{model_name="stub"}} {self.generated}\n'
+            f'sglang:generation_tokens_total{{model_name="stub"}} {self.generated + self.foreign_generated}\n'
             "# TYPE sglang:cuda_graph_passes_total counter\n"
             f'sglang:cuda_graph_passes_total{{mode="decode_none",model_name="stub"}} {self.decode_none}\n'
         )

@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-version", metavar="V",
                    help="render for this SGLang version (default: the configured engine version)")
     p.add_argument("--format", choices=["shell", "json"], default="shell")
+    p.add_argument("--node-rank", type=int, metavar="R",
+                   help="multi-node group: render node R's command (default: group.node_rank)")
 
     p = sub.add_parser("logscan", help="explain a saved SGLang log: ready? capture? why did it fail?")
     p.add_argument("files", nargs="+", metavar="FILE", help="engine log file(s); - for stdin")

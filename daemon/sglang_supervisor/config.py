@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from sglang_supervisor.events import FailureClass
+from sglang_supervisor.group import GroupSettings
 
 ArgScalar = str | int | float | bool
 # A flag's value: true = bare flag, false/null = left out, a list = several values (nargs).
@@ -448,6 +449,8 @@ class Config(_Strict):
     state_dir: str = "/var/lib/sglang-supervisor"
     # Where the 0600 SGLang --config file (API key) goes; default $RUNTIME_DIRECTORY or state_dir.
     runtime_dir: str | None = None
+    # A multi-node group (group.py): this node's rank, the leader's addresses, the restart mode.
+    group: GroupSettings | None = None
 
     @field_validator("state_dir")
     @classmethod

@@ -29,8 +29,8 @@ from sglang_supervisor.probe import (
     ProbeShape,
     engine_metrics,
     make_shape,
-    parse_get_load,
     probe_once,
+    read_get_load,
 )
 from sglang_supervisor.regression import (
     Decision,
@@ -168,6 +168,9 @@ class ThroughputMonitor:
         self._decode_log_interval = max(1, decode_log_interval)
         self._eager_passes: float | None = None
         self._gen_tokens: tuple[float, float] | None = None  # (monotonic t, generation_tokens_total)
+        # generation_tokens_total at the previous tick that found the engine busy: busy twice in a
+        # row without a token in between is not busy but stuck (requests that never finish).
+        self._busy_tokens: float | None = None
         self._last_explained: tuple[str, ...] = ()
         self._stopped = asyncio.Event()
         if metrics is not None:
@@ -225,13 +228,7 @@ class ThroughputMonitor:
             self._note_counters(m)
             if m.running is not None and m.queued is not None:
                 return m.running, m.queued
-        try:
-            resp = await self._http().get(f"{self.base_url}/get_load", timeout=5.0,
-                                          headers={"Authorization": f"Bearer {self._api_key}"}
-                                          if self._api_key else {})
-            load = parse_get_load(resp.json()) if resp.status_code == 200 else None
-        except (httpx.HTTPError, OSError, ValueError):
-            load = None
+        load = await read_get_load(self._http(), self.base_url, self._api_key)
         return (load.running, load.queued) if load is not None else None
 
     def _note_counters(self, m: EngineMetrics) -> None:
@@ -249,7 +246,7 @@ class ThroughputMonitor:
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
-    async def _probe(self) -> ProbeResult:
+    async def _probe(self, sample: bool = True) -> ProbeResult:
         result = await probe_once(self._http(), self.base_url, self.shape, self._api_key,
                                   self.settings.timeout_s)
         if self.stopped:
@@ -264,16 +261,17 @@ class ThroughputMonitor:
             self.metrics.probe_cost(spent, (result.e2e_s or 0.0) * self._gpus_per_engine)
         if result.ok and result.decode_tps is not None:
             self.consecutive_failures = 0
-            self.samples.append(result.decode_tps)
-            self._update_baseline()
+            if sample:
+                self.samples.append(result.decode_tps)
+                self._update_baseline()
         else:
             self.consecutive_failures += 1
             log.warning("probe.failed", error=result.error, timed_out=result.timed_out,
-                        consecutive=self.consecutive_failures)
+                        problem=result.problem, consecutive=self.consecutive_failures)
         return result
 
-    async def _periodic_probe(self) -> ProbeResult:
-        result = await self._probe()
+    async def _periodic_probe(self, sample: bool = True) -> ProbeResult:
+        result = await self._probe(sample)
         if self._on_probe is not None and not self.stopped:
             self._on_probe(result)
         return result
@@ -364,9 +362,20 @@ class ThroughputMonitor:
         (None when no probe ran or it failed)."""
         load = await self._load()
         if load is not None and (load[0] > 0 or load[1] > 0):
-            self.probes_skipped_busy += 1
-            log.debug("probe.skipped_busy", running=load[0], queued=load[1])
+            tokens = self._gen_tokens[1] if self._gen_tokens is not None else None
+            stuck = tokens is not None and tokens == self._busy_tokens
+            self._busy_tokens = tokens
+            if not stuck:
+                self.probes_skipped_busy += 1
+                log.debug("probe.skipped_busy", running=load[0], queued=load[1])
+                return None
+            # Requests "running" for a whole interval without one token generated: the engine is
+            # not busy but stuck. Probe anyway (a hung probe feeds the wedge verdict); its rate is
+            # no sample, the engine may still be loaded.
+            log.warning("probe.busy_without_progress", running=load[0], queued=load[1])
+            await self._periodic_probe(sample=False)
             return None
+        self._busy_tokens = None
         if self._eager_passes is None:
             m = await self._scrape()
             self._eager_passes = m.decode_eager_passes if m is not None else None

@@ -36,6 +36,7 @@ from sglang_supervisor.events import (
     WeightsLoaded,
 )
 from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.wedge import Check, Tally, Verdict, judge
 
 
 class Phase(str, Enum):
@@ -185,6 +186,12 @@ class HealthFailed:
 
 
 @dataclass(frozen=True)
+class DecodeProgress:
+    """The engine's /metrics counters (generated tokens, decode passes) grew since the last
+    scrape: it is decoding, whatever its /health says."""
+
+
+@dataclass(frozen=True)
 class StopRequested:
     signal: str
 
@@ -241,6 +248,7 @@ SupervisorInput = (
     | PassiveThroughput
     | HealthOk
     | HealthFailed
+    | DecodeProgress
     | StopRequested
     | ReloadRequested
     | RegressionDecision
@@ -521,6 +529,8 @@ class Lifecycle:
         self._probing = False
         self._reached_ready = False  # this attempt reached READY
         self._health_misses = 0
+        self._wedge = Tally()  # wedge.judge's counts (health misses, hung probes)
+        self._progress = False  # decode progress (log or /metrics) since the last check result
         self._reload_pending = False
         self._phase_since = 0.0
         self._tok_status_at = float("-inf")  # when STATUS= last showed a fresh tok/s
@@ -648,6 +658,8 @@ class Lifecycle:
         self._probing = False
         self._reached_ready = False
         self._health_misses = 0
+        self._wedge = Tally()
+        self._progress = False
         acts: list[Action] = []
         acts += self._set_phase(Phase.LAUNCHING, now)
         acts.append(Log("engine.launch", "info",
@@ -758,6 +770,8 @@ class Lifecycle:
             if first and self._engine_alive and self._stop_reason is None and not reachable:
                 acts.append(SetTimer(FAILURE_GRACE_TIMER, self.settings.failure_grace_s))
             return acts
+        if isinstance(ev, DecodeStats):
+            self._progress = True  # a `Decode batch` line: decode steps ran since the last one
         if isinstance(ev, DecodeStats) and ev.gen_throughput is not None and ev.running_req:
             return acts + self._throughput(ev.gen_throughput, now, force=False)
         if not starting:
@@ -952,7 +966,7 @@ class Lifecycle:
                                                  "tok_s": _round(inp.tok_s, 1),
                                                  "ttft_s": _round(inp.ttft_s, 3)}))
             # A generation that completed proves more than /health: it ends a degraded spell too.
-            acts += self._on_HealthOk(HealthOk(), now)
+            acts += self._judge(Check.PROBE_OK, "", now)
             acts += self._throughput(self.tok_s, now, force=True)
         return acts
 
@@ -976,18 +990,14 @@ class Lifecycle:
                                                   "hung": inp.hung, "gate": "ready"}),
                     *self._stop("probe_hung" if inp.hung else "probe_failed")]
         if self.phase in UP_PHASES:
-            # A probe failing while serving counts like a failed health check.
-            return self._on_HealthFailed(HealthFailed(f"probe: {inp.reason}"), now)
+            # A probe failing while serving counts like a failed health check, and hung probes
+            # have their own count that a good /health does not clear (alive but not serving).
+            check = Check.PROBE_HUNG if inp.hung else Check.HEALTH_FAILED
+            return self._judge(check, f"probe: {inp.reason}", now)
         return []
 
     def _on_HealthOk(self, inp: HealthOk, now: float) -> list[Action]:
-        acts = self._refute_failures(now)
-        if self.phase == Phase.DEGRADED and self._stop_reason is None:
-            self._health_misses = 0
-            return [*acts, Log("health.recovered", "info", {"profile": self.profile}),
-                    *self._set_phase(Phase.SERVING, now)]
-        self._health_misses = 0
-        return acts
+        return self._judge(Check.HEALTH_OK, "", now)
 
     def _refute_failures(self, now: float) -> list[Action]:
         """The engine answered more than `failure_grace_s` after a failure line: that line did
@@ -1007,15 +1017,49 @@ class Lifecycle:
             "lines": [f.line_no for f in gone], "reason": "the engine kept serving"})]
 
     def _on_HealthFailed(self, inp: HealthFailed, now: float) -> list[Action]:
+        return self._judge(Check.HEALTH_FAILED, inp.reason, now)
+
+    def _on_DecodeProgress(self, inp: DecodeProgress, now: float) -> list[Action]:
+        self._progress = True
+        return []
+
+    def _judge(self, check: Check, reason: str, now: float) -> list[Action]:
+        """One health or probe result through `wedge.judge`: busy is not wedged, alive is not
+        serving."""
+        progress, self._progress = self._progress, False
+        if check in (Check.HEALTH_OK, Check.PROBE_OK):
+            refuted = self._refute_failures(now)
+            verdict, self._wedge = judge(self._wedge, check, progress=progress,
+                                         limit=self.settings.health_failures)
+            self._health_misses = self._wedge.misses
+            # Hung probes still counted: the engine answers /health but has not served yet.
+            if self.phase == Phase.DEGRADED and self._stop_reason is None and not self._wedge.hung_probes:
+                return [*refuted, Log("health.recovered", "info", {"profile": self.profile}),
+                        *self._set_phase(Phase.SERVING, now)]
+            return refuted
         if self.phase not in UP_PHASES or self._stop_reason is not None:
             return []
-        self._health_misses += 1
+        verdict, self._wedge = judge(self._wedge, check, progress=progress,
+                                     limit=self.settings.health_failures)
+        self._health_misses = self._wedge.misses
+        if verdict is Verdict.BUSY:
+            busy: list[Action] = [Log("health.busy", "info", {
+                "profile": self.profile, "reason": reason,
+                "why": "the engine made decode progress since the last check: busy, not wedged"})]
+            # Progress proves it serves: a degraded spell (earlier failures) is over.
+            return busy + (self._set_phase(Phase.SERVING, now) if self.phase == Phase.DEGRADED else [])
         acts: list[Action] = [Log("health.failed", "warning", {
-            "profile": self.profile, "reason": inp.reason, "misses": self._health_misses,
-            "limit": self.settings.health_failures})]
-        if self._health_misses >= self.settings.health_failures:
+            "profile": self.profile, "reason": reason, "misses": self._wedge.misses,
+            "hung_probes": self._wedge.hung_probes, "limit": self.settings.health_failures})]
+        if verdict is Verdict.NOT_SERVING:
+            acts.append(Log("engine.wedged", "error", {
+                "profile": self.profile, "misses": self._wedge.misses,
+                "hung_probes": self._wedge.hung_probes,
+                "why": "alive but not serving: generations hang with no decode progress"}))
+            return acts + self._stop("wedged")
+        if verdict is Verdict.WEDGED:
             acts.append(Log("engine.wedged", "error", {"profile": self.profile,
-                                                       "misses": self._health_misses}))
+                                                       "misses": self._wedge.misses}))
             return acts + self._stop("wedged")
         return acts + self._set_phase(Phase.DEGRADED, now)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
+import math
 import secrets
 import statistics
 import time
@@ -22,6 +22,17 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from sglang_supervisor.enginehttp import (
+    MAX_ERROR_BODY_BYTES,
+    MAX_METRICS_BYTES,
+    EngineAnswerError,
+    Problem,
+    bounded_lines,
+    fetch,
+    fetch_json,
+    parse_json,
+)
 
 SHAPE_VERSION = "v1"
 
@@ -97,20 +108,28 @@ def _meta(chunk: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+# Token counts beyond this are not counts (an engine answer is untrusted): ignored, so that the
+# arithmetic on them stays finite.
+_MAX_COUNT = 1 << 40
+
+
 def _int_or_none(value: object) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= _MAX_COUNT:
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
     return None
 
 
 def _float_or_none(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    if isinstance(value, int) and abs(value) > _MAX_COUNT:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def _chunk_error(chunk: Mapping[str, Any]) -> str | None:
@@ -195,6 +214,8 @@ class ProbeResult:
     shape: str = DEFAULT_SHAPE.name
     # No (complete) answer in time: the engine may be wedged, unlike an error it sent back.
     timed_out: bool = False
+    problem: str | None = None  # an `enginehttp.Problem` value when the answer was refused
+
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -230,13 +251,21 @@ def _headers(api_key: str | None) -> dict[str, str]:
 async def _stream_generate(
     client: httpx.AsyncClient, url: str, payload: dict[str, Any], headers: dict[str, str]
 ) -> list[tuple[float, dict[str, Any]]]:
+    """The SSE events of one generation. Lines are bounded (`bounded_lines`), JSON is decoded by
+    `parse_json`; the caller bounds the total time."""
     events: list[tuple[float, dict[str, Any]]] = []
     t0 = time.perf_counter()
     async with client.stream("POST", url, json=payload, headers=headers) as resp:
         if resp.status_code != 200:
-            body = (await resp.aread()).decode("utf-8", "replace").strip()
-            raise _ProbeHttpError(f"HTTP {resp.status_code} from {url}: {body[:200]}")
-        async for line in resp.aiter_lines():
+            body = b""
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) >= MAX_ERROR_BODY_BYTES:
+                    break
+            text = body[:200].decode("utf-8", "replace").strip()
+            raise EngineAnswerError(Problem.HTTP_STATUS, f"HTTP {resp.status_code} from {url}: {text}",
+                                    resp.status_code)
+        async for line in bounded_lines(resp):
             if not line.startswith("data:"):
                 continue  # SSE comments, blank separators
             data = line[5:].strip()
@@ -244,17 +273,16 @@ async def _stream_generate(
                 events.append((time.perf_counter() - t0, {}))
                 break
             try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise _ProbeHttpError(f"garbage in the event stream: {data[:120]!r}") from None
+                chunk = parse_json(data, what="event stream")
+            except EngineAnswerError as exc:
+                if exc.problem is Problem.BAD_JSON:
+                    raise EngineAnswerError(Problem.BAD_JSON,
+                                            f"garbage in the event stream: {data[:120]!r}") from None
+                raise
             if not isinstance(chunk, dict):
-                raise _ProbeHttpError(f"unexpected event in the stream: {data[:120]!r}")
+                raise EngineAnswerError(Problem.BAD_SHAPE, f"unexpected event in the stream: {data[:120]!r}")
             events.append((time.perf_counter() - t0, chunk))
     return events
-
-
-class _ProbeHttpError(Exception):
-    pass
 
 
 async def probe_once(
@@ -264,7 +292,8 @@ async def probe_once(
     api_key: str | None = None,
     timeout: float = 120.0,
 ) -> ProbeResult:
-    """One streaming generation. Never raises for what the server does."""
+    """One streaming generation within `timeout` seconds in all. Never raises for what the server
+    does: every misbehaviour is a failed result with its `problem` (`enginehttp.Problem`)."""
     started_at = time.time()
     payload = {
         "text": build_prompt(shape),
@@ -272,19 +301,22 @@ async def probe_once(
         "stream": True,
     }
     url = base_url.rstrip("/") + "/generate"
+    headers = {**_headers(api_key), "Accept-Encoding": "identity"}
+
+    def failed(problem: Problem, error: str) -> ProbeResult:
+        return ProbeResult(ok=False, error=error or problem.value, started_at=started_at, shape=shape.name,
+                           timed_out=problem is Problem.TIMEOUT, problem=problem.value)
+
     try:
-        events = await asyncio.wait_for(_stream_generate(client, url, payload, _headers(api_key)), timeout)
+        events = await asyncio.wait_for(_stream_generate(client, url, payload, headers), timeout)
     except asyncio.TimeoutError:
-        return ProbeResult(ok=False, error=f"no complete answer within {timeout:g} s", started_at=started_at,
-                           shape=shape.name, timed_out=True)
-    except _ProbeHttpError as exc:
-        return ProbeResult(ok=False, error=str(exc), started_at=started_at, shape=shape.name)
+        return failed(Problem.TIMEOUT, f"no complete answer within {timeout:g} s")
+    except EngineAnswerError as exc:
+        return failed(exc.problem, exc.detail)
     except httpx.TimeoutException as exc:  # the client's own connect/read timeout
-        return ProbeResult(ok=False, error=f"{type(exc).__name__}: no answer in time", started_at=started_at,
-                           shape=shape.name, timed_out=True)
+        return failed(Problem.TIMEOUT, f"{type(exc).__name__}: no answer in time")
     except (httpx.HTTPError, OSError) as exc:
-        return ProbeResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__,
-                           started_at=started_at, shape=shape.name)
+        return failed(Problem.CONNECT, f"{type(exc).__name__}: {exc}"[:300])
     return result_from_stats(stream_stats(events), shape, started_at)
 
 
@@ -393,12 +425,15 @@ class EngineMetrics:
 
 
 def parse_engine_metrics(text: str) -> EngineMetrics:
-    """Pure: Prometheus text of SGLang's `/metrics` → `EngineMetrics`. Raises ValueError on garbage."""
+    """Pure: Prometheus text of SGLang's `/metrics` → `EngineMetrics`. Raises ValueError on garbage.
+    Non-finite samples (legal in Prometheus text: NaN, +Inf) count as absent."""
     sums: dict[str, float] = {}
     spec: float | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
+            if not math.isfinite(sample.value):
+                continue
             if name == "sglang:cuda_graph_passes_total":
                 mode = sample.labels.get("mode", "")
                 name = f"{name}:{mode}"
@@ -407,15 +442,20 @@ def parse_engine_metrics(text: str) -> EngineMetrics:
                 continue
             sums[name] = sums.get(name, 0.0) + sample.value
 
+    def value(key: str) -> float | None:
+        v = sums.get(key)
+        return v if v is not None and math.isfinite(v) else None  # a sum of huge values overflows
+
     def as_int(key: str) -> int | None:
-        return int(sums[key]) if key in sums else None
+        v = value(key)
+        return int(v) if v is not None and 0 <= v <= _MAX_COUNT else None
 
     return EngineMetrics(
         running=as_int("sglang:num_running_reqs"),
         queued=as_int("sglang:num_queue_reqs"),
-        generation_tokens_total=sums.get("sglang:generation_tokens_total"),
-        decode_graph_passes=sums.get("sglang:cuda_graph_passes_total:decode_cuda_graph"),
-        decode_eager_passes=sums.get("sglang:cuda_graph_passes_total:decode_none"),
+        generation_tokens_total=value("sglang:generation_tokens_total"),
+        decode_graph_passes=value("sglang:cuda_graph_passes_total:decode_cuda_graph"),
+        decode_eager_passes=value("sglang:cuda_graph_passes_total:decode_none"),
         spec_accept_length=spec,
     )
 
@@ -440,17 +480,42 @@ def parse_get_load(body: object) -> EngineLoad | None:
     return EngineLoad(running, queued, "get_load") if seen else None
 
 
+async def read_engine_metrics(
+    client: httpx.AsyncClient, base_url: str, api_key: str | None = None, timeout: float = 5.0
+) -> EngineMetrics:
+    """The engine's `/metrics` within `timeout` s and `MAX_METRICS_BYTES`. Raises only
+    `EngineAnswerError` (HTTP_STATUS 404 when the engine runs without --enable-metrics)."""
+    url = base_url.rstrip("/") + "/metrics"
+    answer = await fetch(client, url, deadline_s=timeout, max_bytes=MAX_METRICS_BYTES,
+                         headers=_headers(api_key))
+    if answer.status != 200:
+        raise EngineAnswerError(Problem.HTTP_STATUS, f"HTTP {answer.status} from {url}", answer.status)
+    try:
+        return parse_engine_metrics(answer.text())
+    except ValueError as exc:
+        raise EngineAnswerError(Problem.BAD_METRICS, f"{url}: {exc}") from None
+
+
 async def engine_metrics(
     client: httpx.AsyncClient, base_url: str, api_key: str | None = None, timeout: float = 5.0
 ) -> EngineMetrics | None:
     """The engine's `/metrics` (only with --enable-metrics); None when absent or unreadable."""
     try:
-        resp = await client.get(base_url.rstrip("/") + "/metrics", headers=_headers(api_key), timeout=timeout)
-        if resp.status_code != 200:
-            return None
-        return parse_engine_metrics(resp.text)
-    except (httpx.HTTPError, OSError, ValueError):
+        return await read_engine_metrics(client, base_url, api_key, timeout)
+    except EngineAnswerError:
         return None
+
+
+async def read_get_load(
+    client: httpx.AsyncClient, base_url: str, api_key: str | None = None, timeout: float = 5.0
+) -> EngineLoad | None:
+    """SGLang's `/get_load` within `timeout` s; None when unreadable."""
+    try:
+        body = await fetch_json(client, base_url.rstrip("/") + "/get_load", deadline_s=timeout,
+                                headers=_headers(api_key), what="/get_load")
+    except EngineAnswerError:
+        return None
+    return parse_get_load(body)
 
 
 async def engine_load(
@@ -460,11 +525,31 @@ async def engine_load(
     m = await engine_metrics(client, base_url, api_key, timeout)
     if m is not None and m.running is not None and m.queued is not None:
         return EngineLoad(m.running, m.queued, "metrics")
+    return await read_get_load(client, base_url, api_key, timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthResult:
+    ok: bool
+    why: str  # "HTTP 200", or what went wrong
+    problem: str | None = None  # an `enginehttp.Problem` value when there was no usable answer
+
+
+async def check_health(client: httpx.AsyncClient, url: str, timeout: float) -> HealthResult:
+    """One health check: 200 within `timeout` s, body included (a body that never ends is no
+    answer), at most `MAX_ERROR_BODY_BYTES` of it. Never raises for what the server does."""
     try:
-        url = base_url.rstrip("/") + "/get_load"
-        resp = await client.get(url, headers=_headers(api_key), timeout=timeout)
-        if resp.status_code != 200:
-            return None
-        return parse_get_load(resp.json())
-    except (httpx.HTTPError, OSError, ValueError):
+        answer = await fetch(client, url, deadline_s=timeout, max_bytes=MAX_ERROR_BODY_BYTES)
+    except EngineAnswerError as exc:
+        why = f"no answer within {timeout:g} s" if exc.timed_out else exc.detail
+        return HealthResult(False, why, exc.problem.value)
+    if answer.status != 200:
+        return HealthResult(False, f"HTTP {answer.status}", Problem.HTTP_STATUS.value)
+    return HealthResult(True, "HTTP 200")
+
+
+def decode_counters(m: EngineMetrics | None) -> tuple[float | None, ...] | None:
+    """The /metrics counters that only grow while the engine decodes (`wedge.counters_grew`)."""
+    if m is None:
         return None
+    return (m.generation_tokens_total, m.decode_graph_passes, m.decode_eager_passes)

@@ -27,6 +27,7 @@ from sglang_supervisor.config import (
 )
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, migrate_args, migrate_env
 from sglang_supervisor.engineinfo import detect_engine_version
+from sglang_supervisor.group import group_flags
 
 __all__ = [
     "RenderedCommand",
@@ -134,6 +135,8 @@ def render(
     args, env = effective_overlay(config, profile)
     engine = config.engine
     flags = ["--model-path", engine.model_path, "--host", engine.host, "--port", str(engine.port)]
+    if config.group is not None:  # SGLang's multi-node launch: the same command plus this node's rank
+        flags += group_flags(config.group)
     for flag, value in args.items():
         flags += flag_tokens(flag, value)
     arg_m = migrate_args(flags, version)

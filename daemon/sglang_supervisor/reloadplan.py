@@ -26,6 +26,7 @@ FIXED_FOR_THE_RUN: Mapping[str, str] = {
     "metrics": "the metrics endpoint was bound at start",
     "logging.format": "the supervisor's log output was set up at start",
     "gateway": "the gateway agent (registration, drain) was set up at start",
+    "group": "this node's role and the group link were set up at start (restart the group's supervisors)",
 }
 FIXED_FOR_THE_ENGINE: Mapping[str, str] = {
     "engine.log_file": "the running engine writes there",

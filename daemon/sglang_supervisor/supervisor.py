@@ -27,11 +27,19 @@ from sglang_supervisor import gpu, ports, reloadplan, state, wayback
 from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
+from sglang_supervisor.enginehttp import EngineAnswerError
 from sglang_supervisor.engineinfo import detect_engine_version
 from sglang_supervisor.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.fleet import GatewayAgent, read_gateway_key
+from sglang_supervisor.group import MemberFailed, View
+from sglang_supervisor.grouplink import (
+    MEMBER_FAILED_DRAIN_S,
+    LeaderLink,
+    local_capture_keys,
+    member_failure_line,
+)
 from sglang_supervisor.logsetup import EngineLine, log_engine_lines, set_redactions
 from sglang_supervisor.logwatch import LineSplitter, LogParser
 from sglang_supervisor.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
@@ -42,6 +50,7 @@ from sglang_supervisor.policy import (
     Action,
     CancelTimer,
     CaptureKey,
+    DecodeProgress,
     EngineExited,
     Exit,
     GpuBusy,
@@ -76,7 +85,13 @@ from sglang_supervisor.policy import (
     TimerFired,
     WaitTemporary,
 )
-from sglang_supervisor.probe import ProbeResult, engine_load
+from sglang_supervisor.probe import (
+    ProbeResult,
+    check_health,
+    decode_counters,
+    engine_load,
+    read_engine_metrics,
+)
 from sglang_supervisor.process import EngineProcess, engine_env, venv_bin_dir
 from sglang_supervisor.profiles import (
     RenderedCommand,
@@ -93,6 +108,7 @@ from sglang_supervisor.regression import (
     TryNextProfile,
 )
 from sglang_supervisor.rotation import Verdict, liveness, planned, readiness
+from sglang_supervisor.wedge import counters_grew
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -324,6 +340,12 @@ class Supervisor:
         self._capture_seconds: dict[str, float] = {}
         self._client: httpx.AsyncClient | None = None
         self._metrics_server: MetricsServer | None = None
+        # Multi-node leader (node 0 of a group): the link its worker nodes call (grouplink.py).
+        group = self.config.group
+        self._group: LeaderLink | None = (
+            LeaderLink(group, self._group_view, self._group_engine_running, self._group_member_failed,
+                       self._group_progress)
+            if group is not None and group.leader else None)
         # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
         self._log_spell: tuple[float, int] | None = None
         # Fleets (docs/OPERATIONS.md): gateway registration, the drain before planned stops,
@@ -385,6 +407,11 @@ class Supervisor:
             "readyz": self.readiness().reason,
             "gateway": self._fleet.status() if self._fleet else None,
         })
+        if self._group is not None:
+            book = self._group.book
+            snap["group"] = {"generation": book.generation, "nnodes": book.nnodes,
+                             "serving_nodes": sorted(book.serving), "missing_nodes": book.missing(),
+                             "failed": book.failed, "rejected_reports": self._group.rejected}
         return snap
 
     def readiness(self) -> Verdict:
@@ -409,6 +436,15 @@ class Supervisor:
         self._client = httpx.AsyncClient()
         self._start_fleet()
         await self._start_metrics()
+        if self._group is not None:
+            try:
+                await self._group.start()
+            except OSError as exc:
+                log.error("group.link_unavailable", error=str(exc))
+                await self._shutdown()
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
+                return int(ExitCode.TEMPORARY)
         watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
         heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
         log.info("supervisor.start", name=self.config.name, engine_version=self.prep.version,
@@ -463,6 +499,8 @@ class Supervisor:
         if self._metrics_server is not None:
             with contextlib.suppress(Exception):
                 await self._metrics_server.stop()
+        if self._group is not None:
+            await self._group.stop()
         if self._client is not None:
             await self._client.aclose()
         with contextlib.suppress(OSError):
@@ -598,6 +636,11 @@ class Supervisor:
         elif isinstance(a, Launch):
             if a.restart is not None:
                 self.metrics.restart(a.restart)
+            if a.restart is not None and self.config.group and self.config.group.restart == "external":
+                # LeaderWorkerSet recreates the whole group: no relaunch of our own.
+                self._apply(Exit(ExitCode.GROUP_FAILED, f"group failed ({a.restart}); "
+                                 "restart: external leaves the restart to the orchestrator"))
+                return
             self._launching = asyncio.ensure_future(self._launch(a))
             self._supervise(self._launching)
         elif isinstance(a, StopEngine):
@@ -776,7 +819,12 @@ class Supervisor:
         self._engine = _Engine(attempt, a.profile, proc, pump, eof, secret_path)
         self._last_output = time.monotonic()
         self._capture_seconds = {}
-        self.feed(Launched(attempt, proc.pid, capture_keys(rc.argv, self.prep.version)))
+        keys = capture_keys(rc.argv, self.prep.version)
+        if self._group is not None and self.config.group is not None:
+            # The leader expects its own ranks' captures; the workers' come through the link.
+            keys = local_capture_keys(keys, self.config.group, tp_size(rc.argv))
+            self._group.book.new_generation(attempt)
+        self.feed(Launched(attempt, proc.pid, keys))
         self._spawn_task(lambda: self._watch_exit(self._engine_for(attempt)))
         self._spawn_task(lambda: self._watch_family(self._engine_for(attempt)))
 
@@ -969,6 +1017,8 @@ class Supervisor:
     async def _ready_probe(self, attempt: int) -> None:
         """The probe that gates READY, retried until `ready_probe_s` (the port may need a moment)."""
         profile = self.lifecycle.profile or ""
+        if self._group is not None and not await self._group_members_ready(attempt):
+            return
         monitor = self._ready_monitor = self._new_monitor(profile)
         try:
             await self._ready_probe_rounds(attempt, profile, monitor)
@@ -1009,6 +1059,67 @@ class Supervisor:
         if self.lifecycle.attempt == attempt:
             self.feed(ProbeFailed(last_error, hung=hung))
 
+    # -- multi-node leader ------------------------------------------------------------------------
+
+    def _group_view(self) -> View:
+        phase = self.lifecycle.phase
+        eng = self._engine
+        if eng is None or eng.stopping is not None or phase in (Phase.STOPPING, Phase.RESTARTING):
+            engine = "stopping" if eng is not None else "none"
+        else:
+            engine = "serving" if phase in UP_PHASES else "starting"
+        assert self.config.group is not None and self._group is not None
+        return View(self.lifecycle.attempt, self.lifecycle.profile, engine,  # type: ignore[arg-type]
+                    self.config.group.restart, dict(self._group.book.claimed))
+
+    def _group_progress(self) -> None:
+        self._last_output = time.monotonic()  # the stall timer watches the whole group's start
+
+    def _group_engine_running(self) -> bool:
+        return self._engine is not None and self._engine.stopping is None
+
+    def _group_member_failed(self, f: MemberFailed) -> None:
+        """A worker node failed: the group's engine failed. Its class goes to the lifecycle as a
+        failure line; the leader's engine is killed now (its ranks wait in a collective that
+        cannot complete), and the lifecycle restarts the group on the same or the next profile."""
+        log.error("group.member_failed", node_rank=f.node_rank, failure_class=f.failure_class.value,
+                  message=f.message, generation=self.lifecycle.attempt)
+        assert self.config.group is not None
+        if self.config.group.restart == "external":
+            self._apply(Exit(ExitCode.GROUP_FAILED, f"node {f.node_rank} failed "
+                             f"({f.failure_class.value}); restart: external"))
+            return
+        eng = self._engine
+        if eng is None or eng.stopping is not None:
+            return
+        self.feed(member_failure_line(f))
+        self._quiet_probes()
+        eng.note_pids()
+        kill_s = self.config.timeouts.kill_s
+
+        async def stop() -> None:
+            result = await eng.proc.stop(MEMBER_FAILED_DRAIN_S, kill_s)
+            log.info("engine.stopped", profile=eng.profile, reason="group_member_failed",
+                     returncode=result.returncode, seconds=result.seconds)
+
+        eng.stopping = asyncio.ensure_future(stop())
+        self._supervise(eng.stopping)
+
+    async def _group_members_ready(self, attempt: int) -> bool:
+        """READY waits for every worker node's captures (the leader's own ended already)."""
+        assert self._group is not None
+        ok = await self._group.wait_members(
+            attempt, self.config.timeouts.ready_probe_s,
+            lambda: self.lifecycle.attempt == attempt and self.lifecycle.phase in (
+                Phase.WARMING_UP, Phase.CAPTURING_GRAPHS))
+        if ok:
+            log.info("group.members_ready", generation=attempt, nodes=self._group.book.nnodes)
+        if not ok and self.lifecycle.attempt == attempt and self._group.book.failed is False:
+            missing = ", ".join(map(str, self._group.book.missing()))
+            self.feed(ProbeFailed(f"node(s) {missing} did not report their captures ended within "
+                                  "timeouts.ready_probe_s", hung=True))
+        return ok
+
     def _with_note(self, text: str) -> str:
         """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
         status` is where an operator looks, and the next tok/s refresh must not hide it."""
@@ -1048,21 +1159,32 @@ class Supervisor:
             self._monitor = None
 
     async def _health_loop(self, attempt: int) -> None:
+        """Health checks (bounded: `probe.check_health`), each followed by a look at the engine's
+        /metrics decode counters: progress since the last check means busy, not wedged."""
         url = self.base_url + health_path(self.prep.version)
         assert self._client is not None
+        counters: tuple[float | None, ...] | None = None
+        scrape = True  # until the engine shows it has no /metrics (no --enable-metrics)
         while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
             t = self.config.timeouts  # every round: a reload applies new timeouts at once
             await asyncio.sleep(t.health_interval_s)
-            try:
-                resp = await self._client.get(url, timeout=t.health_timeout_s)
-                ok, why = resp.status_code == 200, f"HTTP {resp.status_code}"
-            except httpx.TimeoutException:
-                ok, why = False, f"no answer within {t.health_timeout_s:g} s"
-            except (httpx.HTTPError, OSError) as exc:
-                ok, why = False, f"{type(exc).__name__}: {exc}"[:200]
+            result = await check_health(self._client, url, t.health_timeout_s)
+            if scrape:
+                try:
+                    m = await read_engine_metrics(self._client, self.base_url, self.prep.api_key,
+                                                  min(t.health_timeout_s, 5.0))
+                except EngineAnswerError as exc:
+                    m, scrape = None, exc.status != 404
+                now_counters = decode_counters(m)
+                progressed = counters_grew(counters, now_counters)
+                counters = now_counters if now_counters is not None else counters
+            else:
+                progressed = False
             if self.lifecycle.attempt != attempt:
                 return
-            self.feed(HealthOk() if ok else HealthFailed(why))
+            if progressed:
+                self.feed(DecodeProgress())
+            self.feed(HealthOk() if result.ok else HealthFailed(result.why))
 
     def _on_decision(self, decision: Decision, text: str) -> None:
         current = self.lifecycle.profile

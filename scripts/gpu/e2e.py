@@ -1202,12 +1202,70 @@ class E2E:
         self.record("s6_tune", [check("tune exit 0", rc == 0, rc), check("tune JSON ranking", doc is not None,
                                                                           out[-400:])], {"tune": doc})
 
+    # -- scenario 11: a multi-node group on one host (--nnodes 2: one GPU per "node") -----------
+
+    def s11_multinode(self) -> None:
+        """Leader + worker supervisors, SGLang's --nnodes 2 --dist-init-addr 127.0.0.1:PORT, one
+        GPU each (CUDA_VISIBLE_DEVICES): READY only after the worker's captures; a worker rank
+        SIGKILLed -> the group restarts within the bound and is READY again."""
+        if self.o.nnodes != 2 or self.o.tp % 2:
+            self.skip("s11_multinode", "not run: needs --nnodes 2 and an even --tp")
+            return
+        host = self.o.dist_init_addr
+        dist, link = f"{host}:{free_port()}", f"{host}:{free_port()}"
+        runs: list[SupervisorRun] = []
+        try:
+            for rank in (0, 1):
+                cfg = self.config(f"node{rank}")
+                cfg["group"] = {"nnodes": 2, "node_rank": rank, "dist_init_addr": dist, "link": link,
+                                "leader_timeout_s": 10.0, "poll_interval_s": 0.5}
+                if self.real:  # SGLang uses GPU base_gpu_id + local rank on each node: split them
+                    per = self.o.tp // 2
+                    cfg["engine"]["env"]["CUDA_VISIBLE_DEVICES"] = ",".join(
+                        str(g) for g in range(rank * per, (rank + 1) * per))
+                runs.append(SupervisorRun(self.o.python, cfg, self.work / f"node{rank}", f"node{rank}"))
+            leader, worker = runs
+            deadline = time.time() + min(self.left(), 600)
+            ready = leader.wait(lambda: bool(leader.notify.times("READY=1")), deadline)
+            members = leader.named("group.members_ready")
+            sup_ready = leader.named("supervisor.ready")
+            checks = [check("leader READY=1", bool(ready)),
+                      check("members ready before supervisor.ready",
+                            bool(members and sup_ready and members[0][0] <= sup_ready[0][0])),
+                      check("worker engine started", bool(worker.named("group.engine_start")))]
+            numbers: dict[str, Any] = {}
+            ranks = [p for p in descendants(worker.proc.pid)
+                     if "scheduler" in p["cmd"] or p["comm"].startswith("sglang::sched")]
+            if ready and ranks:
+                t_kill = time.time()
+                os.kill(ranks[0]["pid"], signal.SIGKILL)
+                again = leader.wait(lambda: len(leader.notify.times("READY=1")) >= 2,
+                                    time.time() + min(self.left(), 600))
+                stopped = [t for t, d in leader.named("engine.stopped")
+                           if d.get("reason") == "group_member_failed"]
+                numbers["worker_rank_kill_to_leader_engine_stopped_s"] = (
+                    round(stopped[0] - t_kill, 2) if stopped else None)
+                checks += [check("group restarted and READY again", again),
+                           check("leader engine ended within 30 s",
+                                 bool(stopped) and stopped[0] - t_kill < 30,
+                                 numbers["worker_rank_kill_to_leader_engine_stopped_s"])]
+            else:
+                checks.append(check("a scheduler process of the worker node was found", bool(ranks)))
+            for run in (worker, leader):
+                rc, secs = run.stop(60)
+                checks.append(check(f"{run.cfg_path.stem} stopped with 0", rc == 0, {"rc": rc, "s": secs}))
+            self.record("s11_multinode", checks, numbers)
+        finally:
+            for run in runs:
+                run.close()
+
     # -- driver ---------------------------------------------------------------------------------
 
     def run(self) -> int:
         order = {"main": self.main_run, "fallback": self.s3_fallback, "tune": self.s6_tune,
                  "pipe": self.s2b_pipe, "hand": self.s2a_hand_first, "seed": self.s7_seed_shape,
-                 "systemd": self.s8_systemd, "ab": self.s9_ab, "regress": self.s10_regression}
+                 "systemd": self.s8_systemd, "ab": self.s9_ab, "regress": self.s10_regression,
+                 "multinode": self.s11_multinode}
         for name in self.o.only.split(","):
             try:
                 order[name]()
@@ -1275,8 +1333,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--throughput-ab", action="store_true",
                    help="main run only measures tok/s and stops (for --only hand,main,pipe)")
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
-    p.add_argument("--only", default="main,fallback,pipe,tune",
-                   help="comma-separated, in order: main,fallback,pipe,tune,hand,seed")
+    p.add_argument("--only", default=None,
+                   help="comma-separated, in order: main,fallback,pipe,tune,hand,seed,multinode "
+                        "(default: main,fallback,pipe,tune; with --nnodes 2: multinode)")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--seed-hand", action="store_true",
                    help="s7_seed_shape: also hand-launch the profile that became ready (same argv, same probes)")
@@ -1284,7 +1343,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seed scenarios: comma-separated flags taken out of every qwen.yaml profile")
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
-    return p.parse_args(argv)
+    p.add_argument("--nnodes", type=int, default=1,
+                   help="2: the multi-node scenario, two supervisors on one host, --tp/2 GPUs each")
+    p.add_argument("--dist-init-addr", default="127.0.0.1",
+                   help="host of the leader's dist-init store and group link (ports are picked)")
+    opts = p.parse_args(argv)
+    if opts.only is None:
+        opts.only = "multinode" if opts.nnodes > 1 else "main,fallback,pipe,tune"
+    return opts
 
 
 def main(argv: list[str] | None = None) -> int:

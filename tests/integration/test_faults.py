@@ -91,7 +91,7 @@ def test_crash_in_each_startup_phase_falls_back(daemons: list[Daemon], tmp_path:
 
 
 def test_hang_during_weight_load_is_detected_and_falls_back(daemons: list[Daemon], tmp_path: Path) -> None:
-    d = start(daemons, tmp_path, config(tmp_path, "hang:load", stall_s=2))
+    d = start(daemons, tmp_path, config(tmp_path, "hang:load", stall_s=4))
     hang = d.event("engine.hang")
     assert hang["profile"] == "tuned"
     fb = d.event("profile.fallback")

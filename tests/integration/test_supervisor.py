@@ -127,7 +127,7 @@ def test_crash_after_ready_same_profile_once_then_next(daemons, workdir) -> None
 
 
 def test_hang_during_capture_is_detected_and_falls_back(daemons, workdir) -> None:
-    data = fault_first_profile(base_config(workdir, stall_s=2), "hang:capture")
+    data = fault_first_profile(base_config(workdir, stall_s=4), "hang:capture")
     d = start(daemons, workdir, data)
     hang = d.event("engine.hang")
     assert hang["profile"] == "tuned"
@@ -138,7 +138,8 @@ def test_hang_during_capture_is_detected_and_falls_back(daemons, workdir) -> Non
 
 
 def test_hang_while_serving_is_wedged_and_restarted(daemons, workdir) -> None:
-    data = fault_first_profile(base_config(workdir), "hang:serving@25")
+    # 100 simulated s (2 s) after ready: the READY probe must finish first, on a loaded machine too
+    data = fault_first_profile(base_config(workdir), "hang:serving@100")
     data["restart"]["same_profile_retries"] = 0
     d = start(daemons, workdir, data)
     d.notified("READY=1")

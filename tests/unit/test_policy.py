@@ -22,6 +22,7 @@ from sglang_supervisor.policy import (
     STALL_TIMER,
     STATUS_REFRESH_S,
     Action,
+    DecodeProgress,
     EngineExited,
     Exit,
     GpuBusy,
@@ -391,6 +392,57 @@ def test_wedged_while_serving_after_health_failures() -> None:
     assert of(acts, StopEngine) == [StopEngine("wedged")]
     acts = d.exit_engine(-9, we_stopped=True)
     assert of(acts, Launch)[0].profile == "primary"  # same profile once
+
+
+def _decode_line() -> DecodeStats:
+    return DecodeStats(50, "TP0", running_req=8, queue_req=0, gen_throughput=900.0, cuda_graph=True,
+                       accept_len=None)
+
+
+@pytest.mark.parametrize("progress", ["log", "metrics"])
+def test_busy_is_not_wedged(progress: str) -> None:
+    """/health timing out under load while decode steps continue (SGLang #22511): no restart."""
+    d = Driver(health_failures=2)
+    d.start()
+    d.to_ready()
+    d.feed(HealthFailed("no answer within 5 s"))  # one failure without progress: degraded
+    assert d.lc.phase == Phase.DEGRADED
+    for _ in range(10):
+        d.feed(_decode_line() if progress == "log" else DecodeProgress())
+        acts = d.feed(HealthFailed("no answer within 5 s"))
+        assert not of(acts, StopEngine)
+        assert "health.busy" in events(acts)
+    assert d.lc.phase == Phase.SERVING
+    # the engine freezes: no more decode lines, the failures count again
+    d.feed(HealthFailed("no answer within 5 s"))
+    acts = d.feed(HealthFailed("no answer within 5 s"))
+    assert of(acts, StopEngine) == [StopEngine("wedged")]
+
+
+def test_alive_but_not_serving_is_wedged_despite_good_health() -> None:
+    d = Driver(health_failures=3)
+    d.start()
+    d.to_ready()
+    for _ in range(2):
+        acts = d.feed(ProbeFailed("no complete answer within 5 s", hung=True), HealthOk(), HealthOk())
+        assert not of(acts, StopEngine)
+    assert d.lc.phase == Phase.DEGRADED  # good /health does not end it while generations hang
+    acts = d.feed(ProbeFailed("no complete answer within 5 s", hung=True))
+    assert of(acts, StopEngine) == [StopEngine("wedged")]
+    assert "alive but not serving" in str([a for a in acts if isinstance(a, Log)])
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert of(acts, Launch)[0].profile == "primary"  # the wedge path: the same profile first
+    assert not of(acts, MarkBad)
+
+
+def test_completed_probe_clears_hung_probes() -> None:
+    d = Driver(health_failures=2)
+    d.start()
+    d.to_ready()
+    d.feed(ProbeFailed("no complete answer", hung=True), ProbeOk(40.0))
+    assert d.lc.phase == Phase.SERVING
+    acts = d.feed(ProbeFailed("no complete answer", hung=True))
+    assert not of(acts, StopEngine)
 
 
 def test_regression_switch_relaunches_named_profile() -> None:

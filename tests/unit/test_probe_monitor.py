@@ -55,11 +55,14 @@ class Store:
 class Engine:
     """Scripted engine: each probe returns the next rate; metrics report the given load."""
 
-    def __init__(self, rates: list[float], running: int = 0, eager_passes: Iterator[float] | None = None):
+    def __init__(self, rates: list[float], running: int = 0, eager_passes: Iterator[float] | None = None,
+                 stuck: bool = False):
         self.rates = list(rates)
         self.running = running
         self.eager = eager_passes
         self.probes = 0
+        self.stuck = stuck  # running requests that never get a token
+        self.tokens = 1000.0
 
     async def probe_once(self, client: Any, base_url: str, shape: Any, api_key: Any,
                          timeout: float) -> ProbeResult:
@@ -71,7 +74,9 @@ class Engine:
 
     async def engine_metrics(self, client: Any, base_url: str, api_key: Any) -> EngineMetrics:
         eager = next(self.eager) if self.eager is not None else 0.0
-        return EngineMetrics(self.running, 0, 1000.0, 100.0, eager, None)
+        if not self.stuck:
+            self.tokens += 10.0 * self.running  # a busy engine generates between two scrapes
+        return EngineMetrics(self.running, 0, self.tokens, 100.0, eager, None)
 
 
 def make(monkeypatch: pytest.MonkeyPatch, engine: Engine, store: Store | None = None,
@@ -127,6 +132,19 @@ def test_busy_engine_is_never_probed_nor_restarted(monkeypatch: pytest.MonkeyPat
     assert ticks(mon, 5) == [None] * 5
     assert engine.probes == 0 and mon.probes_skipped_busy == 5
     assert decisions == []
+
+
+def test_busy_without_a_token_is_stuck_and_probed_anyway(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests counted as running while no token is generated: probe (the probe's hang feeds the
+    wedge verdict), but never take its rate as a throughput sample."""
+    engine = Engine([30.0, 31.0], running=4, stuck=True)
+    mon, decisions, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    with capture_logs() as logs:
+        assert ticks(mon, 3) == [None] * 3
+    assert mon.probes_skipped_busy == 1  # the first busy tick has nothing to compare with
+    assert engine.probes == 2
+    assert mon.samples == [] and decisions == []
+    assert [e["event"] for e in logs].count("probe.busy_without_progress") == 2
 
 
 def test_unexplained_regression_is_confirmed_then_restarts_same(monkeypatch: pytest.MonkeyPatch) -> None:

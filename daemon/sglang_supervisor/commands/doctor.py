@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -30,6 +31,7 @@ from sglang_supervisor import audit, gpu, ports, profiles, unitview
 from sglang_supervisor.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.config import Config, ConfigError, effective_overlay, load_config, parse_address
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
+from sglang_supervisor.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 from sglang_supervisor.engineinfo import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.process import engine_env
@@ -124,9 +126,10 @@ def sglang_model_info(base_url: str, api_key: str | None,
     """SGLang's /model_info at base_url, or None when what answers there (if anything) is not SGLang."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        resp = httpx.get(base_url + "/model_info", headers=headers, timeout=timeout_s)
-        data = resp.json() if resp.status_code == 200 else None
-    except (httpx.HTTPError, OSError, ValueError):
+        with httpx.Client() as http:
+            answer = fetch_sync(http, base_url + "/model_info", deadline_s=timeout_s, headers=headers)
+        data = parse_json(answer.body, what="/model_info") if answer.status == 200 else None
+    except EngineAnswerError:
         return None
     if isinstance(data, dict) and "model_path" in data and "is_generation" in data:
         return data
@@ -586,9 +589,10 @@ def _decode_none(metrics_text: str) -> float | None:
     total: float | None = None
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
-            if sample.name == "sglang:cuda_graph_passes_total" and sample.labels.get("mode") == "decode_none":
+            if (sample.name == "sglang:cuda_graph_passes_total" and sample.labels.get("mode") == "decode_none"
+                    and math.isfinite(sample.value)):
                 total = (total or 0.0) + sample.value
-    return total
+    return total if total is None or math.isfinite(total) else None
 
 
 def fallback_findings(status: Any, profile_names: Sequence[str]) -> list[Finding]:
@@ -641,22 +645,22 @@ def live_report(url: str, report: Report, api_key: str | None, client: httpx.Cli
         error = "no answer"
         for path in ("/server_info", "/get_server_info"):
             try:
-                resp = http.get(url.rstrip("/") + path, headers=headers)
-            except httpx.HTTPError as e:
-                error = f"{type(e).__name__}: {e}"
+                resp = fetch_sync(http, url.rstrip("/") + path, deadline_s=HTTP_TIMEOUT_S, headers=headers)
+            except EngineAnswerError as e:
+                error = f"{path}: {e}"
                 break
-            if resp.status_code == 404:
+            if resp.status == 404:
                 error = f"{path}: 404"
                 continue
-            if resp.status_code != 200:
-                error = f"{path}: HTTP {resp.status_code}" + (
-                    " (set the API key)" if resp.status_code == 401 else ""
+            if resp.status != 200:
+                error = f"{path}: HTTP {resp.status}" + (
+                    " (set the API key)" if resp.status == 401 else ""
                 )
                 break
             try:
-                info = resp.json()
-            except ValueError:
-                error = f"{path}: not JSON"
+                info = parse_json(resp.body, what=path)
+            except EngineAnswerError as e:
+                error = f"{path}: {e}"
             break
         if not isinstance(info, dict):
             report.findings.append(
@@ -673,10 +677,11 @@ def live_report(url: str, report: Report, api_key: str | None, client: httpx.Cli
             return
         decode_none: float | None = None
         try:
-            m = http.get(url.rstrip("/") + "/metrics", headers=headers)
-            if m.status_code == 200:
-                decode_none = _decode_none(m.text)
-        except (httpx.HTTPError, ValueError):
+            m = fetch_sync(http, url.rstrip("/") + "/metrics", deadline_s=HTTP_TIMEOUT_S,
+                           max_bytes=MAX_METRICS_BYTES, headers=headers)
+            if m.status == 200:
+                decode_none = _decode_none(m.text())
+        except (EngineAnswerError, ValueError):
             decode_none = None
         report.findings += audit.live_findings(info, decode_none)
         redacted = audit.redact_server_info(info)

@@ -7,7 +7,7 @@ import json
 import sys
 import textwrap
 
-from sglang_supervisor.config import ConfigError, ConfigProblem, load_config
+from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.exitcodes import ExitCode
 from sglang_supervisor.profiles import (
     REDACTED,
@@ -21,6 +21,10 @@ from sglang_supervisor.profiles import (
 
 def _shell_block(rc: RenderedCommand, version: str, description: str) -> str:
     head = f"profile {rc.profile} (sglang {version})" + (f": {description}" if description else "")
+    if "--nnodes" in rc.argv:  # say which node of the group this command is for
+        i = rc.argv.index("--node-rank") if "--node-rank" in rc.argv else -1
+        node = rc.argv[i + 1] if i >= 0 else "0"
+        head += f" [node {node} of {rc.argv[rc.argv.index('--nnodes') + 1]}]"
     lines = [f"# {line}" for line in textwrap.wrap(head, width=98)]
     lines += [f"# migrated: {m.old} -> {m.new or '(dropped)'}  [since {m.since}: {m.note}]"
               for m in rc.migrations]
@@ -29,9 +33,23 @@ def _shell_block(rc: RenderedCommand, version: str, description: str) -> str:
     return "\n".join(lines)
 
 
+def for_node(config: Config, node_rank: int | None, source: str) -> Config:
+    """The configuration as node `node_rank` of its group sees it (`--node-rank`)."""
+    if node_rank is None:
+        return config
+    if config.group is None:
+        raise ConfigError([ConfigProblem("--node-rank", "the configuration has no group: block",
+                                         "drop --node-rank, or add group: (docs/CONFIG.md)")], source)
+    if not 0 <= node_rank < config.group.nnodes:
+        raise ConfigError([ConfigProblem("--node-rank", f"node rank {node_rank} is not in the group",
+                                         f"use 0..{config.group.nnodes - 1}")], source)
+    group = config.group.model_copy(update={"node_rank": node_rank})
+    return config.model_copy(update={"group": group})
+
+
 def main(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config)
+        config = for_node(load_config(args.config), getattr(args, "node_rank", None), args.config)
         if args.profile is not None and args.profile not in config.profile_names:
             raise ConfigError([ConfigProblem("--profile", f"no profile is named {args.profile!r}",
                                              f"use one of: {', '.join(config.profile_names)}")], args.config)

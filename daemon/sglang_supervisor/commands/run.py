@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 import structlog
@@ -16,8 +17,10 @@ import structlog
 from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.engineinfo import detect_engine_version
 from sglang_supervisor.exitcodes import ExitCode
+from sglang_supervisor.group import NODE_RANK_ENV, with_node_rank
+from sglang_supervisor.grouplink import WorkerNode
 from sglang_supervisor.logsetup import LogFormat, configure_logging, shutdown_logging
-from sglang_supervisor.supervisor import Options, Prepared, Supervisor, prepare
+from sglang_supervisor.supervisor import Options, Prepared, Supervisor, capture_keys, prepare, tp_size
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -26,6 +29,12 @@ def load_and_prepare(path: str, log_format: LogFormat | None) -> Prepared:
     """Load, set up logging as configured, detect the version and render: ConfigError on problems."""
     warnings: list[ConfigProblem] = []
     config: Config = load_config(path, on_warning=warnings.append)
+    if config.group is not None:  # SGLANG_SUPERVISOR_NODE_RANK: one configuration for every node
+        try:
+            config = config.model_copy(update={"group": with_node_rank(config.group, os.environ)})
+        except ValueError as exc:
+            raise ConfigError([ConfigProblem("group.node_rank", str(exc).splitlines()[0],
+                                             f"fix {NODE_RANK_ENV}")], path) from None
     if log_format is None and config.logging.format != "auto":
         configure_logging(config.logging.format, background=True)
     for w in warnings:
@@ -40,6 +49,15 @@ def report_config_error(exc: ConfigError, path: str) -> int:
     return int(ExitCode.CONFIG)
 
 
+async def run_worker_node(prepared: Prepared) -> int:
+    """Node R > 0 of a multi-node group: follow the leader (grouplink.WorkerNode)."""
+    version = prepared.version
+    node = WorkerNode(prepared.config, version, renders=dict(prepared.renders),
+                      api_key=prepared.api_key, environ=dict(os.environ),
+                      capture_keys=lambda argv: capture_keys(argv, version), tp_size=tp_size)
+    return await node.run()
+
+
 def main(args: argparse.Namespace) -> int:
     fmt: LogFormat | None = args.log_format
     configure_logging(fmt or "auto", background=True)
@@ -48,6 +66,9 @@ def main(args: argparse.Namespace) -> int:
             prepared = load_and_prepare(args.config, fmt)
         except ConfigError as exc:
             return report_config_error(exc, args.config)
+        group = prepared.config.group
+        if group is not None and not group.leader:
+            return asyncio.run(run_worker_node(prepared))
         options = Options(config_path=args.config, retry_known_bad=args.retry_known_bad)
         return asyncio.run(Supervisor(prepared, options).run())
     finally:

@@ -37,6 +37,9 @@ _INT_FLAGS = {
     "--decode-log-interval",
     "--max-prefill-tokens",
     "--cuda-graph-max-bs-decode",
+    "--nnodes",
+    "--node-rank",
+    "--dist-timeout",
 }
 _FLOAT_FLAGS = {"--mem-fraction-static", "--watchdog-timeout"}
 _SPEC_DEFAULTS = {
@@ -105,6 +108,11 @@ class SimConfig:
     log_requests: bool = False
     log_requests_level: int = 2
     log_requests_format: str = "text"
+    # Multi-node (simulator/multinode.py): this node's rank of `nnodes`, the leader's store address
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+    dist_timeout: float | None = None
 
     @property
     def decode_graph(self) -> bool:
@@ -324,6 +332,15 @@ def resolve(
     tp = int(get("tp_size") or get("tensor_parallel_size") or 1)
     if tp < 1:
         raise SimArgsError(f"--tp-size must be >= 1, got {tp}")
+    nnodes = int(get("nnodes") or 1)
+    node_rank = int(get("node_rank") or 0)
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise SimArgsError(f"--node-rank {node_rank} must be in 0..{nnodes - 1} (--nnodes {nnodes})")
+    if nnodes > 1 and tp % nnodes:
+        raise SimArgsError(f"--tp-size {tp} must be a multiple of --nnodes {nnodes}: ranks are "
+                           "split evenly over the nodes")
+    if nnodes > 1 and not get("dist_init_addr"):
+        raise SimArgsError("--nnodes > 1 needs --dist-init-addr HOST:PORT (the leader's address)")
     algo_raw = get("speculative_algorithm")
     algo = None if algo_raw in (None, "", "None") else str(algo_raw).upper()
     steps = topk = draft = 0
@@ -399,6 +416,10 @@ def resolve(
         log_requests=bool(get("log_requests")),
         log_requests_level=int(get("log_requests_level") or 2),
         log_requests_format=str(get("log_requests_format") or "text"),
+        nnodes=nnodes,
+        node_rank=node_rank,
+        dist_init_addr=get("dist_init_addr"),
+        dist_timeout=get("dist_timeout"),
     )
 
 

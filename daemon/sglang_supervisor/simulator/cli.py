@@ -27,7 +27,17 @@ import uvicorn
 from sglang_supervisor.engine.sglang import parse_version
 from sglang_supervisor.simulator import args as simargs
 from sglang_supervisor.simulator import faults as faultmod
-from sglang_supervisor.simulator import ranks, reqlog, server, serving, startup, throughput, versions
+from sglang_supervisor.simulator import (
+    misbehave,
+    multinode,
+    ranks,
+    reqlog,
+    server,
+    serving,
+    startup,
+    throughput,
+    versions,
+)
 
 _WARNING_ENTRY = (
     "{path}/sglang/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still supported, "
@@ -96,6 +106,9 @@ class Launcher:
         self.log = serving.Log(cfg)
         self.children: list[subprocess.Popen[bytes]] = []
         self.rank_procs: list[subprocess.Popen[bytes]] = []
+        # global TP rank of each entry of rank_procs (a node hosts only its share of the ranks)
+        self.rank_ids = list(multinode.local_ranks(cfg.tp_size, cfg.nnodes, cfg.node_rank))
+        self.peers: list[Any] = []  # multi-node: the open rendezvous connections (collectives)
         self.engine: serving.Engine | None = None
         self.uvicorn: uvicorn.Server | None = None
         self.exit_code: int | None = None
@@ -159,8 +172,11 @@ class Launcher:
             subprocess.run([sys.executable, "-m", "sglang_supervisor.simulator.escape"],
                            env=env, check=False)
         try:
-            self.children.append(ranks.spawn("detokenizer", "sglang::detokenizer", self.argv, env))
-            for r in range(cfg.tp_size):
+            if cfg.nnodes > 1 and not self._rendezvous():
+                return 1
+            if cfg.node_rank == 0:  # other nodes run no tokenizer or detokenizer
+                self.children.append(ranks.spawn("detokenizer", "sglang::detokenizer", self.argv, env))
+            for r in self.rank_ids:
                 name = f"sglang::scheduler_TP{r}" if cfg.tp_size > 1 else "sglang::scheduler"
                 proc = ranks.spawn(f"scheduler_TP{r}", name, self.argv, env)
                 self.children.append(proc)
@@ -168,6 +184,8 @@ class Launcher:
             code = self._wait_ranks_ready()
             if code is not None:
                 return code
+            if cfg.node_rank > 0:
+                return asyncio.run(self._serve_dummy())
             return asyncio.run(self._serve())
         except SystemExit as exc:  # never leave the children behind, whatever exits
             self.kill_children()
@@ -206,7 +224,8 @@ class Launcher:
                         '  File "/usr/lib/python3/site-packages/sglang/launch_server.py", line 83, '
                         "in <module>\n"
                         "    run_server(server_args)\n"
-                        f"RuntimeError: Rank {i} scheduler died during initialization (exit code: {code}). "
+                        f"RuntimeError: Rank {self.rank_ids[i]} scheduler died during initialization "
+                        f"(exit code: {code}). "
                         "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. "
                         "Run `dmesg -T | grep -i oom` to check."
                     )
@@ -222,6 +241,9 @@ class Launcher:
         loop = asyncio.get_running_loop()
         engine = serving.Engine(cfg, self.log)
         self.engine = engine
+        tp0 = self.rank_procs[0] if self.rank_procs else None
+        if tp0 is not None and tp0.stdin is not None and tp0.stdout is not None:
+            engine.heartbeat = serving.SchedulerLink(tp0.stdin.fileno(), tp0.stdout.fileno()).beat
         mem = startup.memory_plan(cfg)
         engine.kv_tokens = mem.kv_tokens
         engine.memory_usage = {
@@ -254,7 +276,7 @@ class Launcher:
         health_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT") or 20) * self.scale
         api = server.Api(cfg, engine, self.log, max(health_s, 0.2), registry)
         config = uvicorn.Config(
-            server.build_app(api),
+            misbehave.Misbehave(server.build_app(api), engine, self.scale),
             host=cfg.host,
             port=cfg.port,
             log_config=LOG_CONFIG,
@@ -277,6 +299,8 @@ class Launcher:
         else:
             loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(self._on_sigterm()))
         loop.add_signal_handler(signal.SIGQUIT, lambda: asyncio.ensure_future(self._running_sigquit()))
+        if self.peers:  # a peer node gone: our collectives never complete (NCCL waits 600 s)
+            multinode.watch_peers(self.peers, lambda: loop.call_soon_threadsafe(engine.wedge))
         tasks = [
             asyncio.create_task(engine.run()),
             asyncio.create_task(self._subprocess_watchdog()),
@@ -289,6 +313,67 @@ class Launcher:
         for t in tasks:
             t.cancel()
         return self.exit_code or 0
+
+    # -- multi-node ------------------------------------------------------------------------------
+
+    def _rendezvous(self) -> bool:
+        cfg = self.cfg
+        timeout = (cfg.dist_timeout or multinode.DEFAULT_DIST_TIMEOUT_S) * self.scale
+        try:
+            host, port = multinode.parse_dist_init_addr(cfg.dist_init_addr or "")
+            if cfg.node_rank == 0:
+                self.peers = multinode.leader_rendezvous(host, port, cfg.nnodes, timeout)
+            else:
+                self.peers = [multinode.worker_rendezvous(host, port, cfg.node_rank, timeout)]
+        except multinode.RendezvousError as exc:
+            self.log.main(
+                "Traceback (most recent call last):\n"
+                '  File "/usr/lib/python3/site-packages/sglang/srt/distributed/parallel_state.py", '
+                "line 1260, in init_distributed_environment\n"
+                f"{exc}"
+            )
+            return False
+        return True
+
+    async def _serve_dummy(self) -> int:
+        """A node other than 0: SGLang's launch_dummy_health_check_server; /health is always 200
+        whatever the ranks do (a dead rank is seen only by its process being gone)."""
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        self.log.main(f"Starting dummy health check server at {cfg.host}:{cfg.port}")
+        config = uvicorn.Config(multinode.dummy_health_app(), host=cfg.host, port=cfg.port,
+                                log_config=None, log_level="warning", timeout_keep_alive=5,
+                                loop="asyncio")
+        self.uvicorn = uvicorn.Server(config)
+        serve_task = asyncio.create_task(self._uvicorn_serve(self.uvicorn))
+        stop = asyncio.Event()
+        if self.fault("ignore-sigterm"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            loop.add_signal_handler(signal.SIGTERM, stop.set)
+        for f in self.faults:
+            if f.kind == "crash" and f.stage is None and f.rank in self.rank_ids:
+                self._fault_tasks.append(asyncio.create_task(self._fault_at(f)))
+
+        async def collectives() -> None:
+            while True:
+                await asyncio.sleep(max(0.05, 0.5 * self.scale))
+                if any(p.poll() is not None for p in self.rank_procs):
+                    for peer in self.peers:  # our rank is gone: the group's collectives break
+                        with contextlib.suppress(OSError):
+                            peer.close()
+                    return
+
+        watch = asyncio.create_task(collectives())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([serve_task, stopped], return_when=asyncio.FIRST_COMPLETED)
+        watch.cancel()
+        self.uvicorn.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serve_task, 5)
+        self._stopping = True
+        self.kill_children()
+        return 0 if stopped.done() else serve_task.result()
 
     def _port_precheck_fails(self) -> int:
         """SGLang's PortArgs.init_new (server_args.py): wait_port_available() on each derived
@@ -359,7 +444,7 @@ class Launcher:
         for f in self.faults:
             if (
                 f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback",
-                           "echo-hostile")
+                           "echo-hostile", "http", "health-slow-under-load")
                 and (f.kind != "hang" or f.stage == "serving")
                 and (f.kind != "crash" or f.stage is None)
             ):
@@ -367,20 +452,30 @@ class Launcher:
 
     async def _fault_at(self, f: faultmod.Fault) -> None:
         await asyncio.sleep(f.at_s * self.scale)
+        if f.kind == "crash" and self.engine is None:  # a node other than 0 has no API engine
+            if f.rank in self.rank_ids:
+                with contextlib.suppress(ProcessLookupError):
+                    self.rank_procs[self.rank_ids.index(f.rank)].kill()
+            return
         engine = self.engine
         assert engine is not None
         if f.kind == "hang":
             engine.wedge()
         elif f.kind == "degrade":
             engine.degrade(f.factor or 1.0)
+        elif f.kind == "http" and f.stage and f.mode:
+            engine.http_faults[f.stage] = f.mode
+        elif f.kind == "health-slow-under-load":
+            engine.health_slow_s = (f.seconds or 60.0) * self.scale
         elif f.kind == "eager-fallback":
             engine.eager = True
         elif f.kind == "echo-hostile":
             level, fmt = self.cfg.log_requests_level, self.cfg.log_requests_format
             self.log.raw("".join(reqlog.hostile_lines(level, fmt, time.time())))
         elif f.kind == "crash":
-            with contextlib.suppress(ProcessLookupError):
-                self.rank_procs[f.rank].kill()
+            if f.rank in self.rank_ids:
+                with contextlib.suppress(ProcessLookupError):
+                    self.rank_procs[self.rank_ids.index(f.rank)].kill()
         elif f.kind == "nccl-timeout":
             engine.wedge()
             stamp = time.strftime("%m%d %H:%M:%S")
@@ -392,7 +487,8 @@ class Launcher:
                 "terminate called after throwing an instance of 'c10::DistBackendError'\n"
             )
             with contextlib.suppress(ProcessLookupError):
-                self.rank_procs[f.rank].send_signal(signal.SIGABRT)
+                if f.rank in self.rank_ids:
+                    self.rank_procs[self.rank_ids.index(f.rank)].send_signal(signal.SIGABRT)
         elif f.kind == "watchdog":
             engine.wedge()
             while engine.busy_since is None:

@@ -19,6 +19,9 @@ CAPTURE_MODES = ("oom", "error")
 HANG_STAGES = ("load", "capture", "serving")
 PORT_RACE_MODES = ("uvicorn", "precheck")
 CRASH_STAGES = ("load", "capture")
+# HTTP misbehaviours (`http:ENDPOINT:MODE`): which routes, and what they answer instead.
+HTTP_ENDPOINTS = ("generate", "health", "metrics", "server_info", "model_info", "load")
+HTTP_MODES = ("hang", "slow", "trickle", "garbage", "deep", "huge", "nonfinite")
 
 GRAMMAR_HELP = """\
 Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC"):
@@ -37,6 +40,15 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   ignore-sigterm                   SIGTERM is ignored (only SIGKILL stops it)
   slow-drain:S                     the SIGTERM drain takes S s more
   warmup-fail                      the warmup request fails after "Uvicorn running" (-9)
+  http:ENDPOINT:MODE[@S]           from S s after ready ENDPOINT (generate, health, metrics,
+                                   server_info, model_info, load) answers with MODE: hang (never),
+                                   slow (after 120 s), trickle (200, a byte a second, endless),
+                                   garbage (200, not its format), deep (JSON nested 100000 deep),
+                                   huge (200, an endless body without a newline), nonfinite
+                                   (NaN, Infinity, 1e999 in its numbers)
+  health-fine-generate-hangs[@S]   alias of http:generate:hang: /health stays 200
+  health-slow-under-load[:S]       while requests run, /health answers only after S s (default
+                                   60) although decoding continues (SGLang issue #22511)
   port-race[:uvicorn|:precheck]    a port lost to a race. uvicorn (default): another listener takes
                                    the HTTP port just before uvicorn binds it: uvicorn's bind error,
                                    exit 3 (the listener goes with us). precheck: SGLang's check of
@@ -48,7 +60,8 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    failure/crash/capture/ready lines are echoed like
                                    --log-requests does (in its --log-requests-level/-format)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
-  +rank=N picks the failing TP rank (default 0); +when=--flag[=value] applies the fault only
+  +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
+  happens on the node that hosts rank N); +when=--flag[=value] applies the fault only
   when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
 
 
@@ -92,8 +105,12 @@ _KINDS = (
     "port-race",
     "setsid-escape",
     "echo-hostile",
+    "http",
+    "health-fine-generate-hangs",
+    "health-slow-under-load",
 )
-_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile"}
+_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile", "http",
+          "health-fine-generate-hangs"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
 
@@ -178,6 +195,18 @@ def parse_fault(spec: str) -> Fault:
         if factor <= 0 or factor == 1:
             raise FaultSpecError(f"fault {spec!r}: FACTOR must be > 0 and != 1 (0.5 halves, 2 halves too)")
         return Fault(kind, factor=factor, rank=rank, when=tw, at_s=at_s)
+    if kind == "http":
+        nargs(2, 2, "http:ENDPOINT:MODE[@S], e.g. http:metrics:huge")
+        endpoint = _one_of(spec, "HTTP endpoint", args[0], HTTP_ENDPOINTS)
+        mode = _one_of(spec, "HTTP misbehaviour", args[1], HTTP_MODES)
+        return Fault(kind, stage=endpoint, mode=mode, rank=rank, when=tw, at_s=at_s)
+    if kind == "health-fine-generate-hangs":
+        nargs(0, 0, "health-fine-generate-hangs[@S]")
+        return Fault("http", stage="generate", mode="hang", rank=rank, when=tw, at_s=at_s)
+    if kind == "health-slow-under-load":
+        nargs(0, 1, "health-slow-under-load[:SECONDS]")
+        slow = _seconds(spec, args[0]) if args else 60.0
+        return Fault(kind, seconds=slow, rank=rank, when=tw, at_s=at_s)
     if kind == "port-race":
         nargs(0, 1, "port-race[:uvicorn|:precheck]")
         mode = _one_of(spec, "port race", args[0], PORT_RACE_MODES) if args else "uvicorn"

@@ -4,7 +4,8 @@ Each child sets PDEATHSIG=SIGKILL (dies with the launcher, like SGLang's childre
 `sglang::scheduler_TP{n}` / `sglang::detokenizer` (argv and, truncated to 15 bytes, the comm
 name), ignores SIGTERM/SIGINT (the launcher decides how the engine stops), runs its startup
 script writing straight to the inherited stderr, reports `ready` on stdout, then blocks on stdin
-until the launcher closes it or dies: no CPU while idle.
+until the launcher closes it or dies: no CPU while idle. While serving, the TP0 scheduler echoes
+the launcher's heartbeats, so that stopping it (SIGSTOP) freezes decoding.
 """
 
 from __future__ import annotations
@@ -76,6 +77,17 @@ def _idle_until_parent_closes() -> None:
         pass
 
 
+def _echo_until_parent_closes() -> None:
+    """Serving: answer each heartbeat byte of the launcher. The launcher's batch loop waits for
+    the answer, so a stopped scheduler (SIGSTOP) freezes decoding as it does in SGLang, while the
+    HTTP server (the launcher) goes on answering."""
+    try:
+        while data := os.read(0, 4096):
+            os.write(1, data)
+    except OSError:
+        pass
+
+
 def run_steps(cfg: SimConfig, rank: int, steps: Sequence[startup.Step]) -> int:
     ms = os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true", "yes")
     prefix = logfmt.rank_prefix(rank, cfg.tp_size)
@@ -99,7 +111,7 @@ def run_steps(cfg: SimConfig, rank: int, steps: Sequence[startup.Step]) -> int:
         elif step.kind == "ready":
             sys.stdout.buffer.write(b"ready\n")
             sys.stdout.buffer.flush()
-            _idle_until_parent_closes()
+            _echo_until_parent_closes()
             return 0
     return 0
 

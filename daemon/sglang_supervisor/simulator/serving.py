@@ -15,7 +15,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sglang_supervisor.simulator import logfmt, throughput
@@ -105,6 +105,44 @@ class Counters:
     prefill_eager_passes: int = 0
 
 
+HEARTBEAT_S = 0.1
+
+
+class SchedulerLink:
+    """The launcher's side of the TP0 scheduler's heartbeat pipe (ranks.py echoes each byte)."""
+
+    def __init__(self, to_child: int, from_child: int) -> None:
+        self.to_child = to_child
+        self.from_child = from_child
+        os.set_blocking(from_child, False)
+
+    async def beat(self) -> None:
+        """One round trip. Returns at once when the child is gone (its death is the subprocess
+        watchdog's to report), never while it is stopped."""
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                os.read(self.from_child, 64)
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            if not answered.done():
+                answered.set_result(None)
+
+        try:
+            os.write(self.to_child, b"h")
+        except OSError:
+            return
+        loop.add_reader(self.from_child, readable)
+        try:
+            await answered
+        finally:
+            loop.remove_reader(self.from_child)
+
+
 class Engine:
     """Scheduler state machine + batch loop. Fault hooks flip `wedged`, `eager`, `rate_multiplier`."""
 
@@ -131,6 +169,13 @@ class Engine:
         self.observers: list[Callable[[str, float], None]] = []  # latency histograms (metrics)
         self.startup_graph_times: dict[str, float] = {}
         self.memory_usage: dict[str, float] = {}
+        # Faults on the HTTP side (simulator.misbehave): endpoint -> misbehaviour, and how long
+        # /health waits while requests run (seconds, already scaled).
+        self.http_faults: dict[str, str] = {}
+        # Awaited before batch work at most every HEARTBEAT_S: the TP0 scheduler's answer (see
+        # SchedulerLink). A stopped scheduler never answers, and decoding stops with it.
+        self.heartbeat: Callable[[], Awaitable[None]] | None = None
+        self.health_slow_s: float | None = None
 
     def _observe(self, name: str, value: float) -> None:
         for observe in self.observers:
@@ -201,6 +246,7 @@ class Engine:
         # Decode steps are paced against an absolute schedule: relative sleeps would add the loop's
         # own overhead to every step and run several percent slower than the modelled rate.
         next_at: float | None = None
+        beat_at = float("-inf")
         while True:
             if self.wedged:
                 await self._unwedge.wait()  # never set: a wedged scheduler stays wedged
@@ -211,6 +257,9 @@ class Engine:
                 window_tokens = 0
                 next_at = None
                 continue
+            if self.heartbeat is not None and loop.time() - beat_at >= HEARTBEAT_S:
+                await self.heartbeat()
+                beat_at = loop.time()
             if self.waiting and len(self.running) < self.profile.max_running_requests:
                 await self._prefill()
                 next_at = None

@@ -1,0 +1,73 @@
+"""grouplink.py: the leader's link endpoints (untrusted reports) and the worker's line checks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from sglang_supervisor.events import FailureClass
+from sglang_supervisor.group import GroupSettings, MemberFailed, Report, View, parse_view
+from sglang_supervisor.grouplink import LeaderLink, _NodeParser, local_capture_keys
+from sglang_supervisor.logwatch import LogParser
+
+SETTINGS = GroupSettings.model_validate({"nnodes": 2, "dist_init_addr": "127.0.0.1:5000",
+                                         "link": "127.0.0.1:5001"})
+
+
+def make_link() -> tuple[LeaderLink, list[MemberFailed]]:
+    failures: list[MemberFailed] = []
+    link = LeaderLink(SETTINGS, lambda: View(3, "fast", "starting", "group", dict(link.book.claimed)),
+                      lambda: True, failures.append)
+    link.book.new_generation(3)
+    return link, failures
+
+
+async def post(link: LeaderLink, body: bytes) -> httpx.Response:
+    transport = httpx.ASGITransport(app=link.app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://leader") as client:
+        return await client.post("/group/report", content=body)
+
+
+def test_reports_are_bounded_and_typed() -> None:
+    link, failures = make_link()
+    for body in (b"x" * 100_000, b"{}", b'{"node_rank": 7, "instance": "a", "state": "idle"}'):
+        resp = asyncio.run(post(link, body))
+        assert resp.status_code == 400 and resp.text.startswith("bad report:")
+    assert link.rejected == 3 and failures == []
+
+
+def test_a_failed_worker_is_the_groups_failure_once() -> None:
+    link, failures = make_link()
+    ok = asyncio.run(post(link, Report(1, "w1", 3, "starting").to_json()))
+    assert ok.status_code == 200 and parse_view(ok.content).claimed == {1: "w1"}
+    bad = Report(1, "w1", 3, "failed", FailureClass.CAPTURE_OOM, "oom")
+    asyncio.run(post(link, bad.to_json()))
+    asyncio.run(post(link, bad.to_json()))  # reported again until the leader moves on: fallout
+    assert [f.failure_class for f in failures] == [FailureClass.CAPTURE_OOM]
+
+
+def test_the_leader_expects_only_its_own_ranks_captures() -> None:
+    keys = frozenset({("target", "decode", "TP0"), ("target", "decode", "TP1"), ("draft", "decode", "TP0")})
+    assert local_capture_keys(keys, SETTINGS, 2) == {("target", "decode", "TP0"), ("draft", "decode", "TP0")}
+    worker = SETTINGS.model_copy(update={"node_rank": 1})
+    assert local_capture_keys(keys, worker, 2) == {("target", "decode", "TP1")}
+
+
+def test_the_dummy_server_line_marks_the_node_up_only_as_a_log_line() -> None:
+    p = _NodeParser(LogParser("0.5.23"))
+    p.feed_line('[2026-12-01 10:00:00 TP1] prompt: "Starting dummy health check server at x:1"')
+    assert not p.dummy_seen
+    p.feed_line("[2026-12-01 10:00:01] Starting dummy health check server at 0.0.0.0:30000")
+    assert p.dummy_seen
+
+
+def test_worker_progress_keeps_the_leaders_stall_timer_alive_once_per_change() -> None:
+    moves: list[int] = []
+    link = LeaderLink(SETTINGS, lambda: View(3, "fast", "starting", "group", {}), lambda: True,
+                      lambda f: None, lambda: moves.append(1))
+    link.book.new_generation(3)
+    for captures in (0, 0, 1, 1, 2):
+        asyncio.run(post(link, Report(1, "w1", 3, "starting", None, "", captures, 2).to_json()))
+    asyncio.run(post(link, Report(1, "w1", 2, "starting", None, "", 5, 5).to_json()))  # old generation
+    assert len(moves) == 3

@@ -29,7 +29,8 @@ if [ -d /run/systemd/system ]; then
     done
 fi
 rm -f "$UNITS/sglang-supervisor@.service" "$UNITS/sglang-qwen.service" \
-    /usr/local/sbin/sglang-model /usr/local/bin/sglang-supervisor
+    /usr/local/sbin/sglang-model /usr/local/bin/sglang-supervisor /usr/local/bin/sglang-sim
+rm -rf /usr/local/share/sglang-supervisor
 for f in $rendered; do
     rm -f "$f" "/etc/systemd/system/multi-user.target.wants/${f##*/}"
 done

@@ -21,13 +21,23 @@ from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
 CREDENTIALS_ENV = "CREDENTIALS_DIRECTORY"
 
 
-def _key_from(path: str, key_path: str, source: str) -> str:
+FILE_FIX = "create the file (chmod 600, owned by the service user) or fix the path"
+
+
+def credential_fix(name: str) -> str:
+    """systemd copies a credential for the service itself (readable by it, whatever the source's
+    mode): the fix is the unit's LoadCredential= line, never a chmod of the file."""
+    return (f"give the unit LoadCredential={name}:/etc/sglang-supervisor/<file> naming a file root can "
+            "read (systemctl edit <unit>; systemd hands the service its own copy, no chmod or chown), "
+            f"or set engine.api_key_credential to the name LoadCredential= uses")
+
+
+def _key_from(path: str, key_path: str, source: str, fix: str = FILE_FIX) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(
-            [ConfigProblem(key_path, f"cannot read the API key from {path}: {exc.strerror}",
-                           "create the file (chmod 600, owned by the service user) or fix the path")],
+            [ConfigProblem(key_path, f"cannot read the API key from {path}: {exc.strerror}", fix)],
             source,
         ) from None
     except UnicodeDecodeError:
@@ -69,7 +79,8 @@ def read_api_key(engine: EngineSettings, environ: Mapping[str, str] | None = Non
                                "engine.api_key_file when running by hand")],
                 "API key",
             )
-        return _key_from(os.path.join(directory, name), "engine.api_key_credential", "API key")
+        return _key_from(os.path.join(directory, name), "engine.api_key_credential", "API key",
+                         credential_fix(name))
     return None
 
 

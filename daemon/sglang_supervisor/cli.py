@@ -127,9 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("doctor", help="audit host, engine and profiles: the performance left on the table",
-                       epilog="exit status: 0 when no finding is an error (warnings allowed), 1 otherwise")
+                       epilog="for a configuration in /etc/sglang-supervisor it also checks what the unit "
+                       "sees (interpreter, engine, model, directories under User=, ProtectHome=, "
+                       "ProtectSystem=). exit status: 0 when no finding is an error (warnings allowed), "
+                       "1 otherwise")
     _add_config(p)
-    p.add_argument("--url", help="also inspect this running server (/server_info)")
+    p.add_argument("--url", help="also inspect this running server (/server_info; with --config, the "
+                   "supervisor's /status: is it serving a fallback profile?)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("tune", help="start each profile, probe it, rank them; run then starts the winner",

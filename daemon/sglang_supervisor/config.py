@@ -1091,7 +1091,7 @@ def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None]
                                          "save the file as UTF-8")], source) from None
     for warning in config_file_warnings(path):
         if on_warning is None:
-            log.warning("config_warning", path=warning.path or source, problem=warning.problem,
+            log.warning("config.warning", path=warning.path or source, problem=warning.problem,
                         fix=warning.fix)
         else:
             on_warning(warning)

@@ -115,7 +115,7 @@ class Nvml:
                 self._ready = False
                 self.unavailable_reason = f"{type(exc).__name__}: {exc}"
                 log.warning(
-                    "nvml_unavailable",
+                    "gpu.nvml_unavailable",
                     reason=self.unavailable_reason,
                     effect="no GPU metrics, throttle explanations or memory-release checks",
                 )
@@ -332,7 +332,7 @@ async def wait_for_release(
     )
     if not nv.available():
         wait = min(no_nvml_wait_s, timeout_s)
-        log.info("gpu_release_unverified", waited_s=wait, reason="NVML unavailable")
+        log.info("gpu.release_unverified", waited_s=wait, reason="NVML unavailable")
         await asyncio.sleep(wait)
         return None
     deadline = time.monotonic() + timeout_s
@@ -345,6 +345,6 @@ async def wait_for_release(
             held: int | None = None
             if gpus is not None:
                 held = total_used(gpus, gpu_indices) if isinstance(target, int) else held_by(gpus, target)
-            log.warning("gpu_memory_not_released", timeout_s=timeout_s, held_bytes=held)
+            log.warning("gpu.memory_not_released", timeout_s=timeout_s, held_bytes=held)
             return False
         await asyncio.sleep(min(poll_s, remaining))

@@ -585,11 +585,11 @@ def _journald_head(priority: int, rank: str | None, native: bool, sink: _Sink) -
     if rank is not None and sink.redactions:
         rank = sink.redact(rank)
     rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
-    line_head = f"<{priority}>engine_output source=engine{rank_part} text="
+    line_head = f"<{priority}>engine.output source=engine{rank_part} text="
     if not native:
         return line_head, b""
     fields = {"PRIORITY": str(priority), "SYSLOG_IDENTIFIER": _state.identifier,
-              "SOURCE": "engine", "EVENT": "engine_output"}
+              "SOURCE": "engine", "EVENT": "engine.output"}
     if rank is not None:
         fields["ENGINE_RANK"] = rank
     return line_head, encode_journal_fields(fields)
@@ -607,7 +607,7 @@ def _other_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) ->
         text = _engine_text(raw, sink)
         rank = sink.redact(raw_rank) if raw_rank is not None and sink.redactions else raw_rank
         if _state.fmt == "json":
-            record: dict[str, object] = {"event": "engine_output", "source": "engine", "text": text}
+            record: dict[str, object] = {"event": "engine.output", "source": "engine", "text": text}
             if rank is not None:
                 record["rank"] = rank
             record["level"] = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()

@@ -170,7 +170,9 @@ class SupervisorMetrics:
                                 registry=r)
         self.baseline = Gauge(f"{NS}_baseline_output_tokens_per_second",
                               "baseline decode tokens/s for the active fingerprint", registry=r)
-        self.ratio = Gauge(f"{NS}_throughput_ratio", "last probe tokens/s over the baseline", registry=r)
+        # The number /status shows as throughput.ratio and the regression policy acts on.
+        self.ratio = Gauge(f"{NS}_throughput_ratio",
+                           "median probe tokens/s of the regression window over the baseline", registry=r)
         self.passive = Gauge(f"{NS}_passive_output_tokens_per_second",
                              "engine-reported generation throughput while serving traffic", registry=r)
         self.probe_tokens = Counter(f"{NS}_probe_tokens", "tokens the probes generated and read", registry=r)
@@ -259,8 +261,11 @@ class SupervisorMetrics:
                             (result.itl_p50_s, self.probe_itl_p50), (result.itl_p90_s, self.probe_itl_p90)):
             if attr is not None:
                 gauge.set(attr)
-        if self._baseline:
-            self.ratio.set(result.decode_tps / self._baseline)
+
+    def set_ratio(self, ratio: float | None) -> None:
+        """The regression policy's ratio (median of the window / baseline), as /status reports it;
+        NaN while unknown."""
+        self.ratio.set(float("nan") if ratio is None else ratio)
 
     def set_baseline(self, tps: float | None) -> None:
         self._baseline = tps
@@ -426,7 +431,7 @@ class MetricsServer:
                 failure = self._task.exception()
                 raise MetricsServerError(f"metrics server failed to start: {failure!r}")
             await asyncio.sleep(0.01)
-        log.info("metrics_listening", url=self.url)
+        log.info("metrics.listening", url=self.url)
 
     async def stop(self) -> None:
         if self._server is None or self._task is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +249,14 @@ def parse_model_config(data: Mapping[str, Any], path: str = "") -> ModelInfo:
                                          vision=vision),
         notes=tuple(notes),
     )
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def looks_like_hub_id(model_path: str) -> bool:
+    """`org/name` that is not a local path: SGLang downloads it from the Hugging Face Hub."""
+    return bool(_HUB_ID.fullmatch(model_path)) and not os.path.exists(model_path)
 
 
 def read_model_dir(path: str | os.PathLike[str]) -> ModelInfo:

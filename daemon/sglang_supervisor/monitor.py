@@ -252,7 +252,7 @@ class ThroughputMonitor:
         if self.stopped:
             # Stopped while the probe ran: the supervisor is stopping the engine on purpose, so a
             # broken connection is our doing, not a failure (nor a sample, nor a metric).
-            log.debug("probe_after_stop", ok=result.ok, error=result.error)
+            log.debug("probe.after_stop", ok=result.ok, error=result.error)
             return result
         self.last_probe = result
         if self.metrics is not None:
@@ -266,7 +266,7 @@ class ThroughputMonitor:
                 self._update_baseline()
         else:
             self.consecutive_failures += 1
-            log.warning("probe_failed", error=result.error, timed_out=result.timed_out,
+            log.warning("probe.failed", error=result.error, timed_out=result.timed_out,
                         problem=result.problem, consecutive=self.consecutive_failures)
         return result
 
@@ -281,7 +281,7 @@ class ThroughputMonitor:
         if new != self.baseline and new is not None and len(self.samples) == self.settings.baseline_runs:
             self.baseline = new
             self.store.set_baseline(self.baseline_key, new, self._clock())
-            log.info("probe_baseline", tps=round(new, 2), key=self.baseline_key)
+            log.info("probe.baseline", tps=round(new, 2), key=self.baseline_key)
             if self.metrics is not None:
                 self.metrics.set_baseline(new)
 
@@ -336,7 +336,7 @@ class ThroughputMonitor:
         accept = (self.last_probe.spec_accept_length if self.last_probe else None) or 1.0
         tokens = math.ceil(self._decode_log_interval * max(accept, 1.0) * 2) + 2
         shape = make_shape(self.shape.input_tokens, max(self.shape.max_new_tokens, tokens))
-        log.info("probe_decode_evidence", max_new_tokens=shape.max_new_tokens,
+        log.info("probe.decode_evidence", max_new_tokens=shape.max_new_tokens,
                  why="no decode-mode evidence since the regression was suspected")
         result = await probe_once(self._http(), self.base_url, shape, self._api_key, self.settings.timeout_s)
         if self.metrics is not None:
@@ -367,12 +367,12 @@ class ThroughputMonitor:
             self._busy_tokens = tokens
             if not stuck:
                 self.probes_skipped_busy += 1
-                log.debug("probe_skipped_busy", running=load[0], queued=load[1])
+                log.debug("probe.skipped_busy", running=load[0], queued=load[1])
                 return None
             # Requests "running" for a whole interval without one token generated: the engine is
             # not busy but stuck. Probe anyway (a hung probe feeds the wedge verdict); its rate is
             # no sample, the engine may still be loaded.
-            log.warning("probe_busy_without_progress", running=load[0], queued=load[1])
+            log.warning("probe.busy_without_progress", running=load[0], queued=load[1])
             await self._periodic_probe(sample=False)
             return None
         self._busy_tokens = None
@@ -387,7 +387,7 @@ class ThroughputMonitor:
             # Once a slowdown is explained and reported, every window re-suspects it until it ends
             # (a minute of a foreign job is a dozen windows): say it at info level only once.
             (log.debug if self._last_explained else log.info)(
-                "probe_regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
+                "probe.regression_suspected", median_tps=ev.median_tps, baseline_tps=self.baseline)
             confirm_started = time.monotonic()
             result, obs = await self._observe_during(self._periodic_probe())
             if not result.ok or self.stopped:
@@ -399,6 +399,8 @@ class ThroughputMonitor:
                     return None
                 ev = self._evaluate(True, obs)
         self.last_evaluation = ev
+        if self.metrics is not None:
+            self.metrics.set_ratio(ev.ratio)  # one number for /metrics and /status
         self.remediation = ev.state
         await self._deliver(ev)
         return ev.decision
@@ -413,7 +415,7 @@ class ThroughputMonitor:
         if isinstance(d, NoAction):
             if self._last_explained:
                 # The end of an explained slowdown, reported once as its start was.
-                log.info("throughput_recovered", median_tps=ev.median_tps, baseline_tps=self.baseline,
+                log.info("throughput.recovered", median_tps=ev.median_tps, baseline_tps=self.baseline,
                          ratio=ev.ratio, explained_by=list(self._last_explained))
             self._last_explained = ()
             return
@@ -421,7 +423,7 @@ class ThroughputMonitor:
             return  # the same explanation again: already reported
         self._last_explained = reasons
         text = describe(d)
-        log.warning("throughput_decision", decision=decision_name(d), detail=text, median_tps=ev.median_tps,
+        log.warning("throughput.decision", decision=decision_name(d), detail=text, median_tps=ev.median_tps,
                     baseline_tps=self.baseline, ratio=ev.ratio)
         outcome = self.on_decision(d, text)
         if inspect.isawaitable(outcome):

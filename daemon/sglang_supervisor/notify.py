@@ -129,7 +129,7 @@ class Notifier:
             if not self._failed:
                 self._failed = True
                 log.warning(
-                    "notify_failed",
+                    "notify.failed",
                     socket=self._address,
                     message=head or "STATUS",
                     error=f"{type(exc).__name__}: {exc}",
@@ -138,7 +138,7 @@ class Notifier:
             return False
         if self._failed:
             self._failed = False
-            log.info("notify_recovered", socket=self._address)
+            log.info("notify.recovered", socket=self._address)
         return True
 
     def _connect(self) -> sdnotify.SystemdNotifier:

@@ -365,7 +365,7 @@ class StateStore:
                 raw = f.read(MAX_FILE_BYTES + 1)
             seeded = parse_text(raw) if len(raw) <= MAX_FILE_BYTES else None
         except (OSError, StateFormatError) as exc:
-            log.warning("state_seed_skipped", path=str(legacy), reason=str(exc)[:200])
+            log.warning("state.seed_skipped", path=str(legacy), reason=str(exc)[:200])
             return
         if seeded is None or (not seeded.fingerprints and not seeded.baselines):
             return
@@ -374,7 +374,7 @@ class StateStore:
                 return
             self._state = dataclasses.replace(seeded, internal_errors=0)
             if self._write():
-                log.info("state_seeded", path=str(self.path), source=str(legacy))
+                log.info("state.seeded", path=str(self.path), source=str(legacy))
 
     # -- queries --------------------------------------------------------------------------------
     def snapshot(self) -> State:
@@ -484,7 +484,7 @@ class StateStore:
             self._state, self._signature = State(), None
             return
         except OSError as exc:
-            log.warning("state_unreadable", path=str(self.path), error=str(exc),
+            log.warning("state.unreadable", path=str(self.path), error=str(exc),
                         hint="starting without remembered good/bad profiles; check permissions")
             return
         try:
@@ -506,7 +506,7 @@ class StateStore:
         except OSError:
             moved = None
             self._bad_signature = sig
-        log.warning("state_corrupt", path=str(self.path), moved_to=moved, reason=reason[:300],
+        log.warning("state.corrupt", path=str(self.path), moved_to=moved, reason=reason[:300],
                     hint="starting without remembered good/bad profiles; the old file is kept for "
                          "inspection" if moved else "starting without remembered good/bad profiles; "
                          "the file could not be moved aside and is replaced at the next change")
@@ -562,12 +562,12 @@ class StateStore:
             message = f"{type(exc).__name__}: {exc}"
             if message != self._write_error:  # once per distinct error, not once per change
                 self._write_error = message
-                log.warning("state_write_failed", path=str(self.path), error=message,
+                log.warning("state.write_failed", path=str(self.path), error=message,
                             hint="remembered profiles live in memory only until the disk recovers")
             return False
         self._dirty = False
         if self._write_error is not None:
-            log.info("state_write_recovered", path=str(self.path))
+            log.info("state.write_recovered", path=str(self.path))
             self._write_error = None
         self._signature = self._stat_signature()
         return True

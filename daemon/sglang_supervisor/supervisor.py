@@ -949,7 +949,7 @@ class Supervisor:
 
     def _quiet_probes(self) -> None:
         """Our stop is about to break the engine's connections: probes and health checks still in
-        flight must not report that as the engine failing (a probe_failed ReadError warning)."""
+        flight must not report that as the engine failing (a probe.failed ReadError warning)."""
         if self._health_task is not None:
             self._health_task.cancel()  # its next result would be fed to a stopping lifecycle
             self._health_task = None

@@ -1157,16 +1157,16 @@ class E2E:
                 res["events"] = [{"t_from_hog_s": rel(t), **{k: v for k, v in d.items()
                                                               if k not in ("level", "timestamp")}} for t, d in ev]
                 res["hog_end_from_start_s"] = rel(t_end)
-                decisions = [(t, d) for t, d in ev if d.get("event") == "throughput_decision"]
-                recovered = [(t, d) for t, d in ev if d.get("event") == "throughput_recovered"]
-                suspected = [(t, d) for t, d in ev if d.get("event") == "probe_regression_suspected"]
+                decisions = [(t, d) for t, d in ev if d.get("event") == "throughput.decision"]
+                recovered = [(t, d) for t, d in ev if d.get("event") == "throughput.recovered"]
+                suspected = [(t, d) for t, d in ev if d.get("event") == "probe.regression_suspected"]
                 launches = [d for t, d in sup.named("engine.launch") if t > t_hog]
                 checks.append(check("one decision during the foreign job: explained",
                                     len(decisions) == 1 and decisions[0][1].get("decision") == "explained",
                                     [(rel(t), d.get("decision"), d.get("detail")) for t, d in decisions]))
-                checks.append(check("probe_regression_suspected logged once (info), not every window",
+                checks.append(check("probe.regression_suspected logged once (info), not every window",
                                     len(suspected) == 1, [rel(t) for t, _ in suspected]))
-                checks.append(check("its end logged once (throughput_recovered), after the job ended",
+                checks.append(check("its end logged once (throughput.recovered), after the job ended",
                                     len(recovered) == 1 and recovered[0][0] > t_end,
                                     [(rel(t), d.get("median_tps")) for t, d in recovered]))
                 checks.append(check("no restart for an explained slowdown", not launches, launches[:2]))

@@ -124,7 +124,7 @@ def test_a_bad_gateway_costs_a_warning_and_a_metric_never_the_engine(
     key.chmod(0o600)
     d = start(daemons, tmp_path, gateway_config(tmp_path, url, api_key_file=str(key)))
     d.notified("READY=1")
-    metrics = str(d.event("metrics_listening")["url"])
+    metrics = str(d.event("metrics.listening")["url"])
     warn = d.event("gateway.unavailable", op="register")
     assert warn["problem"] == problem and warn["detail"]
     d.wait_for("a few register retries",
@@ -145,7 +145,7 @@ def test_readyz_is_503_from_sigterm_on_and_an_unknown_id_on_delete_is_a_warning(
     gw = FakeGateway("forgetful", delete_delay_s=2.0)
     d = start(daemons, tmp_path, gateway_config(tmp_path, gw.url, timeout_s=8.0))
     d.notified("READY=1")
-    metrics = str(d.event("metrics_listening")["url"])
+    metrics = str(d.event("metrics.listening")["url"])
     d.event("gateway.registered", worker_id=WID)
     assert get(metrics + "/readyz")[0] == 200
     assert json.loads((tmp_path / "state" / "gateway.json").read_text())["worker_id"] == WID
@@ -196,7 +196,7 @@ def test_the_gateway_key_is_never_printed_even_when_the_gateway_quotes_it(
     key.chmod(0o600)
     d = start(daemons, tmp_path, gateway_config(tmp_path, gw.url, api_key_file=str(key)))
     d.notified("READY=1")
-    metrics = str(d.event("metrics_listening")["url"])
+    metrics = str(d.event("metrics.listening")["url"])
     warn = d.event("gateway.unavailable", op="register")
     assert warn["problem"] == "rejected" and "you sent" in warn["detail"]
     assert {c[3] for c in gw.calls} == {f"Bearer {secret}"}  # the gateway did get it

@@ -55,10 +55,10 @@ def probing_config(workdir: Path, *faults: str, interval_s: float) -> dict[str, 
 
 
 class Endpoint:
-    """The daemon's metrics endpoint (its URL comes from the `metrics_listening` log event)."""
+    """The daemon's metrics endpoint (its URL comes from the `metrics.listening` log event)."""
 
     def __init__(self, d: Daemon) -> None:
-        self.url = str(d.event("metrics_listening")["url"])
+        self.url = str(d.event("metrics.listening")["url"])
         self.http = httpx.Client(base_url=self.url, timeout=10)
 
     def status(self) -> dict[str, Any]:
@@ -114,13 +114,13 @@ def event(d: Daemon, name: str, **fields: Any) -> dict[str, Any]:
     try:
         return d.event(name, **fields)
     except pytest.fail.Exception:
-        ours = [e for e in d.events if e.get("event") != "engine_output"
+        ours = [e for e in d.events if e.get("event") != "engine.output"
                 and not str(e.get("event", "")).startswith(("engine.capture", "engine.weights"))]
         pytest.fail(f"no {name} {fields}; the supervisor's events:\n"
                     + "\n".join(json.dumps(e) for e in ours[-60:]))
 
 
-def decisions(d: Daemon, event: str = "throughput_decision") -> list[str]:
+def decisions(d: Daemon, event: str = "throughput.decision") -> list[str]:
     return [str(e["decision"]) for e in d.named(event)]
 
 
@@ -162,7 +162,7 @@ def test_degrade_restarts_same_profile_once_then_keeps_the_faster_next(daemons, 
     d = harness.start(daemons, workdir, probing_config(workdir, "degrade:0.5@150", interval_s=1))
     ep = endpoint(endpoints, d)
 
-    first = event(d, "throughput_decision", decision="restart_same")
+    first = event(d, "throughput.decision", decision="restart_same")
     assert first["ratio"] < 0.85
     restart = event(d, "regression.decision", decision="restart_same")
     assert restart["profile"] == "tuned" and "regression" in restart["reason"]
@@ -174,10 +174,10 @@ def test_degrade_restarts_same_profile_once_then_keeps_the_faster_next(daemons, 
     assert second["throughput"]["remediation"] == "restarted_same"
     assert ep.value("sglang_supervisor_regression_decisions_total", decision="restart_same") == 1
 
-    event(d, "throughput_decision", decision="try_next_profile")
+    event(d, "throughput.decision", decision="try_next_profile")
     nxt = event(d, "regression.decision", decision="next_profile")
     assert nxt["profile"] == "tuned"
-    keep = event(d, "throughput_decision", decision="keep_faster")
+    keep = event(d, "throughput.decision", decision="keep_faster")
     assert "no-prefill-graph" in keep["detail"]
     assert [e["profile"] for e in d.named("engine.launch")] == ["tuned", "tuned", "no-prefill-graph"]
 
@@ -195,7 +195,7 @@ def test_degrade_restarts_same_profile_once_then_keeps_the_faster_next(daemons, 
     assert m[("sglang_supervisor_restarts_total", frozenset({("reason", "regression")}))] == 2
     assert sum(v for (n, _), v in m.items() if n == "sglang_supervisor_restarts_total") == 2
     # a probe cut short by our own stop of the engine is no failure
-    assert not d.named("probe_failed") and not d.named("probe.retry")
+    assert not d.named("probe.failed") and not d.named("probe.retry")
     assert d.named("supervisor.ready")[-1]["profile"] == "no-prefill-graph"
     harness.stop_cleanly(d)
 
@@ -233,7 +233,7 @@ def test_busy_engine_gets_no_probe_and_no_restart(daemons, workdir, endpoints) -
 def test_eager_fallback_is_explained_not_restarted(daemons, workdir, endpoints) -> None:
     d = harness.start(daemons, workdir, probing_config(workdir, "eager-fallback@50", interval_s=0.5))
     ep = endpoint(endpoints, d)
-    explained = event(d, "throughput_decision", decision="explained")
+    explained = event(d, "throughput.decision", decision="explained")
     assert "CUDA graph" in explained["detail"] and explained["ratio"] < 0.85
     assert ep.value("sglang_supervisor_slowdown_explanation", reason="eager_decode") == 1
     assert (ep.value("sglang_supervisor_regression_decisions_total", decision="explained") or 0) >= 1
@@ -245,6 +245,17 @@ def test_eager_fallback_is_explained_not_restarted(daemons, workdir, endpoints) 
     assert set(decisions(d, "regression.decision")) <= {"keep"}
     assert len(d.named("engine.spawned")) == 1 and not d.named("engine.stopped")
     assert ep.value("sglang_supervisor_slowdown_explanation", reason="eager_decode") == 1
+    harness.stop_cleanly(d)
+
+
+def test_throughput_ratio_in_metrics_is_the_one_in_status(daemons, workdir, endpoints) -> None:
+    # One baseline probe, then an hour until the next: /status and /metrics must both say the
+    # first evaluation's ratio (the gauge stayed NaN while /status said 1.0).
+    d = harness.start(daemons, workdir, probing_config(workdir, interval_s=3600))
+    ep = endpoint(endpoints, d)
+    d.notified("READY=1")
+    ratio = wait_until("a ratio in /status", d, lambda: ep.status()["throughput"]["ratio"])
+    assert ep.value("sglang_supervisor_throughput_ratio") == pytest.approx(ratio)
     harness.stop_cleanly(d)
 
 

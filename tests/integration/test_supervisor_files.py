@@ -218,7 +218,7 @@ def test_a_corrupt_state_file_at_start_is_moved_aside(daemons: list[Daemon], tmp
     state_file(tmp_path).write_bytes(CORRUPT)
     d = start(daemons, tmp_path, base_config(tmp_path))
     d.notified("READY=1")
-    warning = d.event("state_corrupt")
+    warning = d.event("state.corrupt")
     assert Path(warning["moved_to"]).read_bytes() == CORRUPT
     assert d.event("engine.launch")["profile"] == "tuned"
     assert json.loads(state_file(tmp_path).read_text())["version"] == 1  # a fresh, valid file
@@ -233,7 +233,7 @@ def test_a_state_file_corrupted_while_running_then_a_reload(daemons: list[Daemon
     state_file(tmp_path).write_bytes(CORRUPT)
     d.proc.send_signal(signal.SIGHUP)  # the reload reads the state for the new settings
     d.event("supervisor.reload", changed=False)
-    warning = d.event("state_corrupt")
+    warning = d.event("state.corrupt")
     assert Path(warning["moved_to"]).read_bytes() == CORRUPT
     d.notified("READY=1", count=2)
     assert d.engine_pids() == engine and d.proc.poll() is None  # the healthy engine serves on

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from system.sandbox import Sandbox, unavailable_reason
+from system.sandbox import Sandbox, allow_service_actions, unavailable_reason
 from tiers import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +73,7 @@ def sandbox() -> Iterator[Sandbox]:
     box = Sandbox(f"sglang-systest-{os.getpid()}")
     box.up()
     try:
+        allow_service_actions(box)
         yield box
     finally:
         box.down()

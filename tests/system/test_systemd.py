@@ -12,6 +12,7 @@ configuration; purge removes state; install.sh/uninstall.sh do the same job with
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import socket
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.system
 UNIT = "sglang-qwen.service"
 ETC = Path("/etc/sglang-supervisor")
 QWEN_YAML = ETC / "qwen.yaml"
+EXAMPLES = Path("/usr/share/sglang-supervisor/examples")
 BROKEN = "systest-broken"
 REPO = Path(__file__).resolve().parents[2]
 # generous bounds, so a slow CI machine is not a failure; the simulator's clock runs fast
@@ -55,7 +57,7 @@ def free_port() -> int:
 
 def demo_config(**overrides: Any) -> dict[str, Any]:
     """The packaged demo configuration, placed where the unit's directories are."""
-    cfg: dict[str, Any] = yaml.safe_load((ETC / "demo.yaml").read_text())
+    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
     cfg["name"] = "qwen"
     cfg["state_dir"] = "/var/lib/sglang-supervisor"
     cfg["engine"]["port"] = free_port()
@@ -134,12 +136,34 @@ def test_package_installs_user_units_and_config_but_starts_nothing(box: Sandbox)
     assert box.prop(UNIT, "FragmentPath") == f"/lib/systemd/system/{UNIT}"
     assert box.prop(UNIT, "ActiveState") == "inactive"
     assert box.systemctl("is-enabled", UNIT, check=False).strip() == "disabled"
+    # /etc holds the operator's files only: qwen.yaml was created from the example, not a conffile
     conffiles = box.run("dpkg-query", "-W", "-f=${Conffiles}", "sglang-supervisor").stdout
-    assert str(QWEN_YAML) in conffiles and str(ETC / "demo.yaml") in conffiles
+    assert "/etc/sglang-supervisor" not in conffiles, conffiles
+    assert QWEN_YAML.read_bytes() == (EXAMPLES / "qwen.yaml").read_bytes()
+    assert not (ETC / "demo.yaml").exists()
+    assert (Path("/usr/share/doc/sglang-supervisor/examples") / "sim.yaml").is_file()
     version = box.run("sglang-supervisor", "--version").stdout
     assert "sglang-supervisor" in version
+    assert box.run("sglang-sim", "--help").returncode == 0  # the README's and the docs' simulator
+    # Documentation= names files that exist (dh_compress would have made OPERATIONS.md.gz)
+    docs = box.prop(UNIT, "Documentation").split()
+    files = [d.removeprefix("file:") for d in docs if d.startswith("file:")]
+    assert files and all(Path(f).is_file() for f in files), docs
 
 
+def test_sglang_model_list_shows_deployments_and_units_in_every_unit_directory(box: Sandbox) -> None:
+    local = Path("/usr/local/lib/systemd/system/sglang-systestlocal.service")
+    cfg = ETC / "systestlocal.yaml"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text("[Service]\nExecStart=/bin/true\n")
+    cfg.write_text("name: systestlocal\n")
+    try:
+        rows = [line.split("\t") for line in box.run("sglang-model", "list").stdout.splitlines()]
+    finally:
+        local.unlink()
+        cfg.unlink()
+    by_name = {r[0]: r[2] for r in rows}
+    assert by_name == {"qwen": UNIT, "systestlocal": "sglang-systestlocal.service"}, rows  # no demo
 def test_broken_config_fails_with_78_and_is_not_restarted(box: Sandbox) -> None:
     unit = f"sglang-supervisor@{BROKEN}.service"
     (ETC / f"{BROKEN}.yaml").write_text("name: broken\nengine: 3\n")
@@ -155,6 +179,32 @@ def test_broken_config_fails_with_78_and_is_not_restarted(box: Sandbox) -> None:
     assert "engine" in text  # the report names the offending key
 
 
+def test_a_credential_the_unit_does_not_load_names_load_credential_not_chmod(box: Sandbox) -> None:
+    # The operator's drop-in loads the key as "api-key", the YAML asks for "apikey": systemd's copy
+    # in $CREDENTIALS_DIRECTORY is not theirs to chmod; the fix is the LoadCredential= line.
+    name = "systestcred"
+    unit = f"sglang-supervisor@{name}.service"
+    key = ETC / f"{name}.key"
+    key.write_text("k\n")
+    key.chmod(0o600)
+    cfg = demo_config()
+    cfg["name"] = name
+    cfg["engine"]["api_key_credential"] = "apikey"
+    (ETC / f"{name}.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    box.dropin(unit, "50-systest", TEST_DROPIN + f"LoadCredential=api-key:{key}\n")
+    try:
+        box.systemctl("start", unit, check=False, timeout=START_S)
+        box.wait_for("the unit to fail", lambda: box.prop(unit, "ActiveState") == "failed", 60)
+        assert box.prop(unit, "ExecMainStatus") == "78"
+        text = " ".join(str(e.get("MESSAGE", "")) for e in box.journal(unit=unit))
+    finally:
+        box.systemctl("reset-failed", unit, check=False)
+        (ETC / f"{name}.yaml").unlink()
+        key.unlink()
+    assert "engine.api_key_credential" in text and "LoadCredential=apikey:" in text, text
+    assert "chmod 600" not in text, text  # the file hint; the credential hint says no chmod is needed
+
+
 # ---------------------------------------------------------------------------------- lifecycle
 # The first profile crashes during CUDA graph capture (a simulator fault): the journal then holds an
 # engine traceback (priority err) and the supervisor falls back to the next profile by itself.
@@ -163,9 +213,9 @@ CRASHING_PROFILE_FAULT = "crash:capture"
 
 def engine_lines(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Forwarded engine output: native entries carry SOURCE=engine; a line that fell back to stdout
-    (journal socket busy) reads `engine_output source=engine ...` and keeps its priority prefix."""
+    (journal socket busy) reads `engine.output source=engine ...` and keeps its priority prefix."""
     return [e for e in entries if e.get("SOURCE") == "engine"
-            or str(e.get("MESSAGE", "")).startswith("engine_output source=engine")]
+            or str(e.get("MESSAGE", "")).startswith("engine.output source=engine")]
 
 
 def test_start_is_activating_while_capturing_and_active_after_the_first_probe(box: Sandbox) -> None:
@@ -243,6 +293,48 @@ def test_journal_holds_structured_events_and_engine_lines_at_their_priorities(bo
     assert not [e for e in errors if "fired up" in str(e.get("MESSAGE", ""))]
     by_field = box.journal("EVENT=profile.fallback", unit=UNIT)
     assert [e["TO_PROFILE"] for e in by_field] == ["no-prefill-graph"]
+
+
+def test_doctor_sees_the_fallback_and_the_units_view_and_accepts_a_hub_id(box: Sandbox) -> None:
+    # the server above serves no-prefill-graph after the tuned profile crashed during capture
+    cfg = yaml.safe_load(QWEN_YAML.read_text())
+    assert "/" in cfg["engine"]["model_path"] and not cfg["engine"]["model_path"].startswith("/")
+    url = f"http://127.0.0.1:{cfg['engine']['port']}"
+    proc = box.run("sglang-supervisor", "doctor", "--config", str(QWEN_YAML), "--url", url, check=False,
+                   timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr  # a Hugging Face id is not an error
+    assert "is a Hugging Face id" in out, out
+    assert ("the live server runs the fallback profile no-prefill-graph (level 1 of the ladder), "
+            "not tuned") in out, out
+    assert "tuned failed (" in out, out
+    assert f"{UNIT} sees the supervisor's interpreter /opt/venvs/sglang-supervisor/bin/python" in out, out
+
+
+def test_doctor_refuses_paths_the_unit_cannot_see(box: Sandbox, tmp_path: Path) -> None:
+    # an engine venv and a model under /root pass as root in the shell; the unit (ProtectHome=yes)
+    # would fail 203/EXEC or not find the weights
+    name = "systestdoctor"
+    cfg = demo_config()
+    cfg["name"] = name
+    cfg["engine"]["command"] = ["/root/.venvs/sglang/bin/python3", "-m", "sglang.launch_server"]
+    models = Path("/root/.systest-doctor/models")
+    (models / "Qwen3.6-27B").mkdir(parents=True, exist_ok=True)  # there for root (check validates it)
+    cfg["engine"]["model_path"] = str(models / "Qwen3.6-27B")
+    cfg["engine"]["version"] = "0.5.23"
+    path = ETC / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    try:
+        proc = box.run("sglang-supervisor", "doctor", "--config", str(path), check=False, timeout=300)
+    finally:
+        path.unlink()
+        shutil.rmtree(models.parent)
+    out = proc.stdout
+    assert proc.returncode == 1, out
+    unit = f"sglang-supervisor@{name}.service"
+    assert f"{unit} cannot see the engine command /root/.venvs/sglang/bin/python3" in out, out
+    assert f"{unit} cannot see the model {models}/Qwen3.6-27B" in out, out
+    assert "ProtectHome=yes hides /root" in out and f"BindReadOnlyPaths={models}" in out, out
 
 
 def test_engine_hang_is_detected_and_the_supervisor_restarts_the_engine(box: Sandbox) -> None:
@@ -349,42 +441,142 @@ def test_stop_drains_and_leaves_no_process_within_timeout_stop(box: Sandbox) -> 
 
 
 # ---------------------------------------------------------------------------------- packaging
-def test_upgrade_keeps_the_edited_configuration(box: Sandbox, deb: Path, tmp_path: Path) -> None:
-    edited = QWEN_YAML.read_bytes()
+def repack(deb: Path, tmp_path: Path, suffix: str, example_note: str) -> tuple[Path, str]:
+    """The package as the next release: a newer version whose example qwen.yaml changed upstream."""
     unpacked = tmp_path / "pkg"
     subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True)
     control = unpacked / "DEBIAN" / "control"
     version = re.search(r"^Version: (.+)$", control.read_text(), re.M)
     assert version
-    newer = f"{version.group(1)}+systest1"
+    newer = f"{version.group(1)}+{suffix}"
     control.write_text(control.read_text().replace(f"Version: {version.group(1)}", f"Version: {newer}"))
-    upgrade = tmp_path / "upgrade.deb"
+    example = unpacked / str(EXAMPLES).lstrip("/") / "qwen.yaml"
+    example.write_text(example.read_text() + f"# {example_note}\n")
+    # the md5sums must stay true, or dpkg --verify would flag the example
+    sums = unpacked / "DEBIAN" / "md5sums"
+    rel = str(example.relative_to(unpacked))
+    digest = subprocess.run(["md5sum", rel], cwd=unpacked, capture_output=True, text=True, check=True).stdout
+    sums.write_text("".join(digest if line.endswith(f"  {rel}\n") else line
+                            for line in sums.read_text().splitlines(keepends=True)))
+    upgrade = tmp_path / f"upgrade-{suffix}.deb"
     subprocess.run(["dpkg-deb", "-b", "-Zgzip", "-z1", str(unpacked), str(upgrade)], check=True,
                    capture_output=True)
-    box.run("dpkg", "-i", str(upgrade), timeout=300)
-    assert box.run("dpkg-query", "-W", "-f=${Version}", "sglang-supervisor").stdout == newer
-    assert QWEN_YAML.read_bytes() == edited
-    assert box.prop(UNIT, "LoadState") == "loaded"
+    return upgrade, newer
 
 
-def test_purge_removes_state_configuration_and_virtualenv(box: Sandbox) -> None:
+SECOND = "systest2"
+SECOND_UNIT = f"sglang-{SECOND}.service"
+
+
+def test_upgrade_restarts_every_running_unit_and_never_stops_at_a_prompt(
+    box: Sandbox, deb: Path, tmp_path: Path
+) -> None:
+    """Issue 18 items 1 and 7: dpkg as an unattended upgrade runs it (stdin at EOF, the policy of a
+    real server: see conftest.allow_service_actions), while sglang-qwen and a unit made by
+    `sglang-model add` serve, and the operator has edited qwen.yaml while the example changed."""
+    second = demo_config()
+    second["name"] = SECOND
+    second["engine"]["log_file"] = f"/var/log/sglang-supervisor/{SECOND}-engine.log"
+    source = tmp_path / "second.yaml"
+    source.write_text(yaml.safe_dump(second, sort_keys=False))
+    box.run("sglang-model", "add", SECOND, "--from", str(source))
+    try:
+        box.dropin(SECOND_UNIT, "50-systest", TEST_DROPIN)
+        write_config(demo_config())  # the operator's edit
+        edited = QWEN_YAML.read_bytes()
+        box.systemctl("start", UNIT, SECOND_UNIT, timeout=START_S)
+        before = {u: box.prop(u, "MainPID") for u in (UNIT, SECOND_UNIT)}
+        upgrade, newer = repack(deb, tmp_path, "systest1", "changed upstream")
+        mark = cursor(box)
+        proc = box.run("dpkg", "-i", str(upgrade), input="", check=False, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "conffile" not in proc.stdout + proc.stderr
+        assert box.run("dpkg-query", "-W", "-f=${Version} ${Status}", "sglang-supervisor").stdout == (
+            f"{newer} install ok installed")
+        assert box.run("dpkg", "--audit").stdout.strip() == ""  # nothing half-configured
+        assert QWEN_YAML.read_bytes() == edited
+        assert (EXAMPLES / "qwen.yaml").read_text().endswith("# changed upstream\n")
+        for unit in (UNIT, SECOND_UNIT):
+            state = box.show(unit, "ActiveState", "MainPID")
+            assert state["ActiveState"] == "active", diagnose(box)
+            assert state["MainPID"] != before[unit], f"{unit} was not restarted by the upgrade"
+            messages = [str(e.get("MESSAGE", "")) for e in box.journal(f"--after-cursor={mark}", unit=unit)]
+            stops = [m for m in messages if m.startswith("Stopping ")]
+            starts = [m for m in messages if m.startswith("Started ")]
+            assert len(stops) == 1 and len(starts) == 1, messages  # one restart, not stop + skip
+    finally:
+        box.systemctl("stop", SECOND_UNIT, check=False)
+        box.run("sglang-model", "remove", SECOND, check=False)
+        (ETC / f"{SECOND}.yaml").unlink(missing_ok=True)
+
+
+def test_security_exposure_is_the_one_the_docs_state(box: Sandbox) -> None:
+    """OPERATIONS.md quotes what `systemd-analyze security sglang-qwen` prints on a running systemd."""
+    out = box.run("systemd-analyze", "security", "--no-pager", UNIT).stdout
+    measured = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", out)
+    assert measured, out
+    docs = (REPO / "docs" / "OPERATIONS.md").read_text()
+    stated = re.search(r"`systemd-analyze security sglang-qwen` rates the unit \*\*(\d+\.\d+)\*\*", docs)
+    assert stated, "OPERATIONS.md no longer states the exposure level"
+    print(f"systemd-analyze security {UNIT}: {measured.group(1)}")
+    assert stated.group(1) == measured.group(1)
+
+
+def test_purge_removes_what_the_package_made_and_keeps_what_the_operator_added(box: Sandbox) -> None:
+    box.systemctl("stop", UNIT, check=False)
     box.run("mkdir", "-p", "/var/lib/sglang-supervisor", "/var/log/sglang-supervisor")
-    box.run("dpkg", "--purge", "sglang-supervisor", timeout=300)
-    for path in ("/var/lib/sglang-supervisor", "/var/log/sglang-supervisor", "/var/cache/sglang-supervisor",
-                 "/etc/sglang-supervisor", "/opt/venvs/sglang-supervisor", f"/lib/systemd/system/{UNIT}"):
-        assert not Path(path).exists(), path
-    assert box.prop(UNIT, "LoadState") == "not-found"
+    added = ETC / "qwen.key"  # e.g. the API key a LoadCredential= drop-in reads
+    added.write_text("secret\n")
+    try:
+        proc = box.run("dpkg", "--purge", "sglang-supervisor", timeout=300)
+        for path in ("/var/lib/sglang-supervisor", "/var/log/sglang-supervisor",
+                     "/var/cache/sglang-supervisor", str(QWEN_YAML), "/usr/share/sglang-supervisor",
+                     "/opt/venvs/sglang-supervisor", f"/lib/systemd/system/{UNIT}"):
+            assert not Path(path).exists(), path
+        assert added.read_text() == "secret\n"
+        assert "kept /etc/sglang-supervisor: it holds files you added: qwen.key" in proc.stderr, proc.stderr
+        assert box.prop(UNIT, "LoadState") == "not-found"
+    finally:
+        added.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            ETC.rmdir()
+    assert not ETC.exists()
 
 
 def test_install_script_is_idempotent_and_uninstall_purges(box: Sandbox) -> None:
-    require(shutil.which("python3") is not None, "scripts/install.sh needs python3 on PATH")
+    require(Path("/usr/bin/python3").exists(),
+            "scripts/install.sh needs the system python3 (apt-get install python3-venv)")
     for _ in range(2):
         box.run(str(REPO / "scripts" / "install.sh"), timeout=600)
     assert box.prop(UNIT, "FragmentPath") == f"/usr/local/lib/systemd/system/{UNIT}"
     assert box.run("/usr/local/bin/sglang-supervisor", "--version").returncode == 0
-    assert QWEN_YAML.exists()
+    assert box.run("sglang-sim", "--help").returncode == 0
+    # the venv is built on the system interpreter, which the unit (ProtectHome=yes) can run
+    home = box.run("sed", "-n", "s/^home = //p", "/opt/venvs/sglang-supervisor/pyvenv.cfg").stdout.strip()
+    assert home == "/usr/bin", home
+    assert QWEN_YAML.exists() and not (ETC / "demo.yaml").exists()
     box.run(str(REPO / "scripts" / "uninstall.sh"), "--purge", timeout=120)
     for path in ("/opt/venvs/sglang-supervisor", "/usr/local/lib/systemd/system/sglang-qwen.service",
-                 "/etc/sglang-supervisor", "/usr/local/sbin/sglang-model"):
+                 "/etc/sglang-supervisor", "/usr/local/sbin/sglang-model",
+                 "/usr/local/share/sglang-supervisor"):
         assert not Path(path).exists(), path
     assert box.run("id", "sglang", check=False).returncode != 0
+
+
+def test_install_script_refuses_an_interpreter_the_unit_cannot_run(box: Sandbox, tmp_path: Path) -> None:
+    """A pyenv (or any) python under /root: the unit would fail 203/EXEC while check passes as root."""
+    require(Path("/usr/bin/python3").exists(), "needs the system python3")
+    hidden = Path("/root/.systest-pyenv/bin")
+    hidden.mkdir(parents=True, exist_ok=True)
+    (hidden / "python3").unlink(missing_ok=True)
+    (hidden / "python3").symlink_to("/usr/bin/python3")
+    try:
+        proc = box.run(str(REPO / "scripts" / "install.sh"), check=False, timeout=120,
+                       env={"PYTHON": str(hidden / "python3")})
+    finally:
+        shutil.rmtree(hidden.parent)
+        box.run(str(REPO / "scripts" / "uninstall.sh"), "--purge", check=False, timeout=120)
+    assert proc.returncode != 0
+    assert "ProtectHome=yes hides /home, /root and /run/user" in proc.stderr, proc.stderr
+    assert "PYTHON=/usr/bin/python3" in proc.stderr  # the fix
+    assert not Path("/opt/venvs/sglang-supervisor").exists()

@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"
 TEMPLATE = UNITS / "sglang-supervisor@.service"
 QWEN = UNITS / "sglang-qwen.service"
+EXAMPLES = REPO / "etc" / "sglang-supervisor"
 SGLANG_MODEL = UNITS / "sglang-model"
 EXEC_START = "/opt/venvs/sglang-supervisor/bin/sglang-supervisor"
 SCORE_LIMIT = 4.0
@@ -149,6 +150,7 @@ def _sglang_model(tmp_path: Path, *args: str, check: bool = True) -> subprocess.
         "SGLANG_MODEL_UNIT_DIR": str(tmp_path / "units"),
         "SGLANG_MODEL_CONFIG_DIR": str(tmp_path / "etc"),
         "SGLANG_MODEL_NO_RELOAD": "1",
+        "SGLANG_MODEL_EXAMPLES": str(EXAMPLES),
     }
     (tmp_path / "units").mkdir(exist_ok=True)
     (tmp_path / "etc").mkdir(exist_ok=True)
@@ -165,8 +167,7 @@ def test_shipped_qwen_unit_is_the_template_rendered_for_qwen(tmp_path: Path) -> 
 
 
 def test_add_renders_a_unit_per_config_and_refresh_follows_the_template(tmp_path: Path) -> None:
-    missing = _sglang_model(tmp_path, "add", "mistral", check=False)
-    assert missing.returncode != 0 and "mistral.yaml does not exist" in missing.stderr
+    (tmp_path / "etc").mkdir()
     (tmp_path / "etc/mistral.yaml").write_text("name: mistral\n")
     _sglang_model(tmp_path, "add", "mistral")
     unit = tmp_path / "units/sglang-mistral.service"
@@ -180,11 +181,24 @@ def test_add_renders_a_unit_per_config_and_refresh_follows_the_template(tmp_path
     assert not unit.exists() and (tmp_path / "etc/mistral.yaml").exists()
 
 
+def test_add_without_a_config_starts_from_the_shipped_example_under_the_models_name(tmp_path: Path) -> None:
+    proc = _sglang_model(tmp_path, "add", "llama")
+    text = (tmp_path / "etc/llama.yaml").read_text()
+    example = (EXAMPLES / "qwen.yaml").read_text()
+    assert text == example.replace("\nname: qwen\n", "\nname: llama\n") and text != example
+    assert "  - name: tuned" in text  # profile names are not the model's name
+    assert "check engine.model_path, engine.port" in proc.stderr
+    assert (tmp_path / "units/sglang-llama.service").is_file()
+    kept = _sglang_model(tmp_path, "add", "llama", "--from", str(EXAMPLES / "sim.yaml"))
+    assert (tmp_path / "etc/llama.yaml").read_text() == text  # an existing configuration is never overwritten
+    assert "llama.yaml from" not in kept.stderr
+
+
 def test_add_copies_a_starting_config_and_refuses_bad_names_and_foreign_units(tmp_path: Path) -> None:
     seed = tmp_path / "seed.yaml"
     seed.write_text("name: x\n")
     _sglang_model(tmp_path, "add", "llama-3.1", "--from", str(seed))
-    assert (tmp_path / "etc/llama-3.1.yaml").read_text() == "name: x\n"
+    assert (tmp_path / "etc/llama-3.1.yaml").read_text() == "name: llama-3.1\n"  # the copy is this model's
     bad = _sglang_model(tmp_path, "add", "Bad/Name", check=False)
     assert bad.returncode != 0 and "model name 'Bad/Name'" in bad.stderr
     (tmp_path / "units/sglang-mine.service").write_text("[Service]\nExecStart=/bin/true\n")

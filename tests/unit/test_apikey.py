@@ -77,3 +77,13 @@ def test_write_secret_config_replaces_atomically_and_keeps_the_mode(tmp_path: Pa
     assert not target.exists()
     remove_secret_config(target)  # already gone: fine
     assert not target.exists()
+
+
+def test_a_missing_credential_points_at_load_credential_not_chmod(tmp_path: Path) -> None:
+    # $CREDENTIALS_DIRECTORY is systemd's read-only copy: chmod there is impossible and useless.
+    cfg = engine(api_key_credential="sglang-api-key")
+    with pytest.raises(ConfigError) as info:
+        read_api_key(cfg, {"CREDENTIALS_DIRECTORY": str(tmp_path)})
+    problem = info.value.problems[0]
+    assert problem.path == "engine.api_key_credential"
+    assert "LoadCredential=sglang-api-key:" in problem.fix and "chmod 600" not in problem.fix

@@ -157,7 +157,7 @@ def test_engine_lines_are_marked_and_keep_their_priority(priority: int, prefix: 
     configure_logging("journald", buf, native_journal=False)
     log_engine_line("[2026-01-01 TP0] Scheduler hit an exception: x=1", priority, rank="TP0")
     [line] = buf.getvalue().splitlines()
-    assert line.startswith(prefix + "engine_output ")
+    assert line.startswith(prefix + "engine.output ")
     assert parse_logfmt(line) == {
         "source": "engine", "rank": "TP0", "text": "[2026-01-01 TP0] Scheduler hit an exception: x=1",
     }
@@ -238,7 +238,7 @@ def test_background_mode_never_blocks_on_a_stuck_reader() -> None:
         with os.fdopen(r, "rb") as reader:
             os.set_blocking(reader.fileno(), False)
             head = reader.read(4096)
-        assert head.startswith(b"<6>engine_output source=engine text=\"line 0 ")
+        assert head.startswith(b"<6>engine.output source=engine text=\"line 0 ")
     finally:
         logsetup.shutdown_logging(timeout=0.1)
         stream.close()
@@ -299,7 +299,7 @@ def test_native_journal_sink_sends_fields(journal_socket: tuple[socket.socket, s
     fields = _read_journal_datagram(sock)
     assert fields == {"MESSAGE": "Load weight end.", "PRIORITY": "6",
                       "SYSLOG_IDENTIFIER": "sglang-supervisor", "SOURCE": "engine",
-                      "EVENT": "engine_output", "ENGINE_RANK": "TP0"}
+                      "EVENT": "engine.output", "ENGINE_RANK": "TP0"}
     assert buf.getvalue() == ""  # nothing doubled on stdout
 
 
@@ -364,7 +364,7 @@ def test_any_engine_text_is_one_journald_line(text: str) -> None:
     configure_logging("journald", buf, native_journal=False)
     log_engine_line(text, 3)
     assert buf.getvalue().count("\n") == 1
-    assert buf.getvalue().startswith("<3>engine_output source=engine text=")
+    assert buf.getvalue().startswith("<3>engine.output source=engine text=")
 
 
 def test_a_burst_reaches_the_journal_as_fields_not_stdout_fallbacks(
@@ -398,7 +398,7 @@ def test_journal_fields_render_values_like_the_message(journal_socket: tuple[soc
 def _reference_line(text: str, priority: int, rank: str | None) -> str:
     """One engine line as the journald format has always rendered it."""
     rank_part = "" if rank is None else f" rank={logfmt_value(rank)}"
-    return f"<{priority}>engine_output source=engine{rank_part} text={logfmt_value(text)}"
+    return f"<{priority}>engine.output source=engine{rank_part} text={logfmt_value(text)}"
 
 
 SECRETS = ["sk-secret-1", "Decode", 'y "hi', "a\nbc", "C:\\p", "x\x07yz"]
@@ -453,9 +453,9 @@ def test_a_batch_is_redacted_text_and_rank() -> None:
     log_engine_lines([("api_key=sk-batch-secret", 6, None), ("x", 3, "sk-batch-secret"),
                       ("plain line", 6, "TP0")])
     assert buf.getvalue().splitlines() == [
-        '<6>engine_output source=engine text="api_key=***"',
-        '<3>engine_output source=engine rank=*** text=x',
-        '<6>engine_output source=engine rank=TP0 text="plain line"',
+        '<6>engine.output source=engine text="api_key=***"',
+        '<3>engine.output source=engine rank=*** text=x',
+        '<6>engine.output source=engine rank=TP0 text="plain line"',
     ]
 
 
@@ -486,7 +486,7 @@ def test_a_batch_reaches_the_native_journal_as_one_datagram_per_line_in_order(
     logsetup.shutdown_logging()
     assert got[0] == {"MESSAGE": "Decode batch, #running-req: 1", "PRIORITY": "6",
                       "SYSLOG_IDENTIFIER": "sglang-supervisor", "SOURCE": "engine",
-                      "EVENT": "engine_output", "ENGINE_RANK": "TP0"}
+                      "EVENT": "engine.output", "ENGINE_RANK": "TP0"}
     assert (got[1]["MESSAGE"], got[1]["PRIORITY"], "ENGINE_RANK" in got[1]) == ('Traceback "x"', "3", False)
     assert got[2]["MESSAGE"] == "two\nlines"
     assert got[3]["EVENT"] == "after_the_batch"
@@ -504,7 +504,7 @@ def test_background_writer_keeps_a_burst_whole_and_in_order(tmp_path: Path) -> N
         logsetup.shutdown_logging(timeout=10)
     expected: list[str] = []
     for b in range(5):
-        expected += [f'<6>engine_output source=engine text="line {b}-{i}"' for i in range(700)]
+        expected += [f'<6>engine.output source=engine text="line {b}-{i}"' for i in range(700)]
         expected.append(f"<6>between batch={b}")
     assert out_path.read_text().splitlines() == expected
     assert logsetup.dropped_lines() == 0
@@ -517,8 +517,8 @@ def test_line_heads_follow_later_settings(journal_socket: tuple[socket.socket, s
     log_engine_line("a", 6, rank="DP0-hidden")
     set_redactions(["DP0-hidden"])
     log_engine_line("b", 6, rank="DP0-hidden")
-    assert buf.getvalue().splitlines() == ["<6>engine_output source=engine rank=DP0-hidden text=a",
-                                           "<6>engine_output source=engine rank=*** text=b"]
+    assert buf.getvalue().splitlines() == ["<6>engine.output source=engine rank=DP0-hidden text=a",
+                                           "<6>engine.output source=engine rank=*** text=b"]
     sock, path = journal_socket
     for name in ("first", "second"):
         configure_logging("journald", io.StringIO(), environ={"JOURNAL_STREAM": "1:1"},

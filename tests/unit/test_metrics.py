@@ -57,6 +57,7 @@ def fed_metrics(with_gpu: bool = False) -> SupervisorMetrics:
                                 itl_p90_s=0.0021, e2e_s=0.5, completion_tokens=128, prompt_tokens=256,
                                 started_at=1_800_000_000.0))
     m.observe_probe(ProbeResult(ok=False, error="HTTP 500", started_at=1_800_000_100.0))
+    m.set_ratio(0.9)
     m.set_passive_tps(3900.0)
     m.probe_cost(384, 0.5)
     m.decision("explained", ["gpu_throttle"])
@@ -95,6 +96,19 @@ def test_before_any_probe_ratio_is_nan_so_alerts_stay_quiet() -> None:
     m = SupervisorMetrics(with_gpu=False)
     r = value(m, "sglang_supervisor_throughput_ratio")
     assert r != r  # NaN
+
+
+def test_ratio_is_the_policy_ratio_not_a_probe_that_raced_the_baseline() -> None:
+    # The baseline's last probe is observed before the baseline exists: the ratio must still
+    # follow the evaluation that /status reports (it stayed NaN until the next probe before).
+    m = SupervisorMetrics(with_gpu=False)
+    m.observe_probe(ProbeResult(ok=True, error=None, decode_tps=400.0, started_at=1.0))
+    m.set_baseline(400.0)
+    m.set_ratio(1.0)
+    assert value(m, "sglang_supervisor_throughput_ratio") == 1.0
+    m.set_ratio(None)
+    r = value(m, "sglang_supervisor_throughput_ratio")
+    assert r != r
 
 
 def test_unknown_state_and_unbounded_labels_are_contained() -> None:

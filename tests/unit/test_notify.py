@@ -111,7 +111,7 @@ def test_a_missing_socket_is_logged_once_and_never_raises(tmp_path: Path) -> Non
         assert not n.ready()
         assert not n.status("still nobody listening")
         assert not n.watchdog()
-    failures = [e for e in logs if e["event"] == "notify_failed"]
+    failures = [e for e in logs if e["event"] == "notify.failed"]
     assert len(failures) == 1
     assert failures[0]["log_level"] == "warning"
     assert "gone.sock" in failures[0]["socket"]
@@ -135,7 +135,7 @@ def test_reconnects_after_the_socket_is_recreated(tmp_path: Path) -> None:
             assert second.recv(100) == b"WATCHDOG=1"
         finally:
             second.close()
-    assert [e["event"] for e in logs] == ["notify_failed", "notify_recovered"]
+    assert [e["event"] for e in logs] == ["notify.failed", "notify.recovered"]
 
 
 def test_watchdog_interval_is_half_the_period_for_this_process() -> None:

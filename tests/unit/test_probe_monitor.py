@@ -144,7 +144,7 @@ def test_busy_without_a_token_is_stuck_and_probed_anyway(monkeypatch: pytest.Mon
     assert mon.probes_skipped_busy == 1  # the first busy tick has nothing to compare with
     assert engine.probes == 2
     assert mon.samples == [] and decisions == []
-    assert [e["event"] for e in logs].count("probe_busy_without_progress") == 2
+    assert [e["event"] for e in logs].count("probe.busy_without_progress") == 2
 
 
 def test_unexplained_regression_is_confirmed_then_restarts_same(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -324,7 +324,7 @@ def test_a_probe_broken_by_our_own_stop_is_no_failure(monkeypatch: pytest.Monkey
 
 def test_an_explained_slowdown_is_logged_once_then_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     # Measured on the H200 (2026-12-01): a foreign matmul loop held decode at 46 % for a minute and
-    # `probe_regression_suspected` was logged every window. Here eager decode explains the slowdown
+    # `probe.regression_suspected` was logged every window. Here eager decode explains the slowdown
     # for three windows; then the rate is back.
     import itertools
 
@@ -336,11 +336,11 @@ def test_an_explained_slowdown_is_logged_once_then_its_end(monkeypatch: pytest.M
     assert [type(d).__name__ for d in out] == ["NoAction", "NoAction", "Explained", "Explained", "Explained",
                                                "NoAction"]
     assert len(decisions) == 1 and isinstance(decisions[0][0], Explained)  # acted on (reported) once
-    suspected = [e["log_level"] for e in logs if e["event"] == "probe_regression_suspected"]
+    suspected = [e["log_level"] for e in logs if e["event"] == "probe.regression_suspected"]
     assert suspected == ["info", "debug", "debug", "debug"]
-    assert [e["event"] for e in logs if e["event"] in ("throughput_decision", "throughput_recovered")] == [
-        "throughput_decision", "throughput_recovered"]
-    end = next(e for e in logs if e["event"] == "throughput_recovered")
+    assert [e["event"] for e in logs if e["event"] in ("throughput.decision", "throughput.recovered")] == [
+        "throughput.decision", "throughput.recovered"]
+    end = next(e for e in logs if e["event"] == "throughput.recovered")
     assert end["explained_by"] == ["eager_decode"] and end["median_tps"] == 100.0
     assert metrics.explained.labels("eager_decode")._value.get() == 0
 
@@ -350,4 +350,4 @@ def test_an_unexplained_episode_has_no_recovery_line(monkeypatch: pytest.MonkeyP
     mon, _, _ = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
     with capture_logs() as logs:
         ticks(mon, 3)
-    assert not [e for e in logs if e["event"] in ("throughput_recovered", "probe_regression_suspected")]
+    assert not [e for e in logs if e["event"] in ("throughput.recovered", "probe.regression_suspected")]

@@ -149,7 +149,7 @@ def test_corrupt_file_is_moved_aside_with_a_warning(tmp_path: Path) -> None:
     with structlog.testing.capture_logs() as logs:
         store = StateStore(tmp_path)
     assert store.last_good(FP) is None
-    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    [warning] = [e for e in logs if e["event"] == "state.corrupt"]
     assert warning["log_level"] == "warning"
     aside = list(tmp_path.glob(f"{STATE_FILE}.corrupt-*"))
     assert len(aside) == 1
@@ -169,7 +169,7 @@ def test_a_full_disk_keeps_state_in_memory(tmp_path: Path, monkeypatch: pytest.M
     with structlog.testing.capture_logs() as logs:
         assert not store.mark_bad(FP, "primary", "hang", 1.0)
         assert not store.mark_good(FP, "eager", 1.0)
-    assert [e["event"] for e in logs].count("state_write_failed") == 1  # once, not once per change
+    assert [e["event"] for e in logs].count("state.write_failed") == 1  # once, not once per change
     assert store.last_good(FP) == "eager"
     assert "primary" in store.known_bad(FP, 1.0, DAY)
     assert StateStore(tmp_path).last_good(FP) == "primary"  # the file still holds the old, whole state
@@ -265,7 +265,7 @@ def test_any_hostile_content_is_moved_aside_naming_where(tmp_path: Path, content
     with structlog.testing.capture_logs() as logs:
         store = StateStore(tmp_path, "m")
         assert store.snapshot() == State()
-    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    [warning] = [e for e in logs if e["event"] == "state.corrupt"]
     assert warning["reason"] and len(warning["reason"]) <= 300
     moved = Path(warning["moved_to"])
     assert moved.parent == tmp_path and moved.name.startswith("m.state.json.corrupt-")
@@ -281,7 +281,7 @@ def test_content_corrupted_while_running_is_moved_aside_at_the_next_read(tmp_pat
     (tmp_path / "m.state.json").write_bytes(HOSTILE["infinite timestamp"])
     with structlog.testing.capture_logs() as logs:
         assert store.last_good(FP) is None  # what a reload reads
-    assert [e["event"] for e in logs] == ["state_corrupt"]
+    assert [e["event"] for e in logs] == ["state.corrupt"]
 
 
 def test_a_file_that_cannot_be_moved_aside_is_reported_once(tmp_path: Path,
@@ -296,7 +296,7 @@ def test_a_file_that_cannot_be_moved_aside_is_reported_once(tmp_path: Path,
         store = StateStore(tmp_path, "m")
         for _ in range(3):
             assert store.snapshot() == State()
-    [warning] = [e for e in logs if e["event"] == "state_corrupt"]
+    [warning] = [e for e in logs if e["event"] == "state.corrupt"]
     assert warning["moved_to"] is None
 
 
@@ -325,7 +325,7 @@ def test_the_shared_file_of_older_releases_seeds_each_models_file_once(tmp_path:
     with structlog.testing.capture_logs() as logs:
         qwen = StateStore(tmp_path, "qwen")
     assert qwen.last_good(FP) == "eager" and list(qwen.known_bad(FP, 1.0, DAY)) == ["tuned"]
-    assert [e["event"] for e in logs] == ["state_seeded"]
+    assert [e["event"] for e in logs] == ["state.seeded"]
     qwen.forget("tuned")
     assert StateStore(tmp_path, "qwen").known_bad(FP, 1.0, DAY) == {}  # not seeded again
     assert list(StateStore(tmp_path).known_bad(FP, 1.0, DAY)) == ["tuned"]  # the shared file is left
@@ -335,7 +335,7 @@ def test_a_corrupt_shared_file_seeds_nothing_and_is_left_alone(tmp_path: Path) -
     (tmp_path / STATE_FILE).write_bytes(b"{")
     with structlog.testing.capture_logs() as logs:
         assert StateStore(tmp_path, "qwen").snapshot() == State()
-    assert [e["event"] for e in logs] == ["state_seed_skipped"]
+    assert [e["event"] for e in logs] == ["state.seed_skipped"]
     assert (tmp_path / STATE_FILE).read_bytes() == b"{"
 
 

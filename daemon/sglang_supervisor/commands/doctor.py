@@ -15,6 +15,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -26,13 +27,13 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor import audit, gpu, ports, profiles
+from sglang_supervisor import audit, gpu, ports, profiles, unitview
 from sglang_supervisor.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.config import Config, ConfigError, effective_overlay, load_config, parse_address
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
 from sglang_supervisor.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 from sglang_supervisor.engineinfo import detect_engine_version, engine_interpreter, is_simulator
-from sglang_supervisor.modelinfo import ModelInfo, ModelInfoError, read_model_dir
+from sglang_supervisor.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.process import engine_env
 
 ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "sglang_argcheck.py"
@@ -267,7 +268,8 @@ def gather_host(
     try:
         model = read_model_dir(config.engine.model_path)
     except ModelInfoError as e:
-        model_error = str(e)
+        # a Hugging Face id is valid (CONFIG.md): SGLang downloads it at the first start
+        model_error = None if looks_like_hub_id(config.engine.model_path) else str(e)
     facts = HostFacts(
         nvml=snap is not None,
         gpus=tuple(gpus),
@@ -448,6 +450,13 @@ def config_report(
     mem = config.engine.args.get("mem-fraction-static")
     mem_fraction = float(mem) if isinstance(mem, int | float) and not isinstance(mem, bool) else None
     report.findings += audit.host_findings(host, overlay_tp, mem_fraction)
+    if host.model is None and looks_like_hub_id(config.engine.model_path):
+        report.findings.append(Finding(
+            "info", "host", f"engine.model_path {config.engine.model_path} is a Hugging Face id",
+            "SGLang downloads it into HF_HOME at the first start (/var/cache/sglang-supervisor/huggingface "
+            "under the unit); model checks need its config.json",
+            "to audit the model now: download it (huggingface-cli download ID) and point "
+            "engine.model_path at the directory", "host.model"))
     _engine_findings(
         config,
         version,
@@ -459,6 +468,116 @@ def config_report(
         host=host,
         environ=environ,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The unit's view (ProtectHome, ProtectSystem, User): see unitview.py
+# --------------------------------------------------------------------------------------------
+
+SYSTEMCTL_TIMEOUT_S = 10.0
+
+
+def unit_for(
+    config_path: str, systemctl: Callable[[Sequence[str]], str | None]
+) -> tuple[str, dict[str, str]] | None:
+    """The unit that runs `config_path` (/etc/sglang-supervisor/NAME.yaml: sglang-NAME.service, else
+    the template's instance) and its `systemctl show` properties when systemd has it loaded."""
+    p = Path(config_path).resolve()
+    name = p.stem
+    units = (f"sglang-{name}.service", f"sglang-supervisor@{name}.service")
+    for unit in units:
+        out = systemctl(["show", unit, *(f"--property={k}" for k in unitview.SHOW_PROPERTIES)])
+        props = dict(line.split("=", 1) for line in (out or "").splitlines() if "=" in line)
+        if props.get("LoadState") == "loaded" and f"/{name}.yaml" in _exec_start(systemctl, unit):
+            return unit, props
+    if p.parent == Path("/etc/sglang-supervisor"):
+        return units[1], {}
+    return None
+
+
+def _exec_start(systemctl: Callable[[Sequence[str]], str | None], unit: str) -> str:
+    return systemctl(["show", unit, "--property=ExecStart"]) or ""
+
+
+def run_systemctl(args: Sequence[str]) -> str | None:
+    if not Path("/run/systemd/system").is_dir():
+        return None  # systemd is not running here: the shipped defaults stand in
+    try:
+        proc = subprocess.run(["systemctl", "--no-pager", *args], capture_output=True, text=True,
+                              timeout=SYSTEMCTL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def blocked_for(path: str, user: str) -> str | None:
+    """The first directory on `path`'s way that `user` may not enter (no x for it), or None."""
+    import grp  # noqa: PLC0415 (POSIX only, doctor only)
+    import pwd  # noqa: PLC0415
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return None  # no such user yet (postinst/install.sh creates it): nothing to judge
+    if pw.pw_uid == 0:
+        return None
+    gids = {pw.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+    d = Path(path)
+    for parent in reversed((d, *d.parents) if d.is_dir() else d.parents):
+        try:
+            st = parent.stat()
+        except OSError:
+            return None  # missing paths are reported elsewhere
+        if st.st_uid == pw.pw_uid:
+            ok = bool(st.st_mode & 0o100)
+        elif st.st_gid in gids:
+            ok = bool(st.st_mode & 0o010)
+        else:
+            ok = bool(st.st_mode & 0o001)
+        if not ok:
+            return str(parent)
+    return None
+
+
+def unit_needs(config: Config, user: str) -> list[unitview.Need]:
+    """What the unit reads and writes for this configuration, each judged for `user`."""
+    reinstall = ("rebuild the supervisor's virtualenv on the system interpreter: "
+                 "sudo scripts/install.sh (PYTHON=/usr/bin/python3 is its default), or install the package")
+    found: list[tuple[str, str, bool, str]] = []
+    for exe in (sys.executable, os.path.realpath(sys.executable),
+                os.path.realpath(getattr(sys, "_base_executable", sys.executable))):
+        found.append(("supervisor's interpreter", exe, False, reinstall))
+    engine_py = engine_interpreter(config)
+    first = config.engine.command[0].replace("{python}", sys.executable)
+    if not os.path.isabs(first):
+        first = shutil.which(first) or first
+    for exe in {first, engine_py, os.path.realpath(engine_py)}:
+        if os.path.isabs(exe):
+            found.append(("engine command", exe, False, ""))
+    if os.path.isabs(config.engine.model_path):
+        found.append(("model", config.engine.model_path, False, ""))
+    if config.engine.api_key_file:
+        found.append(("API key file", config.engine.api_key_file, False,
+                      "use a systemd credential instead (LoadCredential=, see docs/OPERATIONS.md)"))
+    found.append(("state directory", config.state_dir, True, ""))
+    found.append(("engine log directory", str(Path(config.engine.log_file).parent), True, ""))
+    if config.runtime_dir:
+        found.append(("runtime directory", config.runtime_dir, True, ""))
+    return [unitview.Need(purpose, path, write, None if write else blocked_for(path, user), fix)
+            for purpose, path, write, fix in found]
+
+
+def unit_view_report(config: Config, config_path: str, report: Report,
+                     systemctl: Callable[[Sequence[str]], str | None] = run_systemctl) -> None:
+    found = unit_for(config_path, systemctl)
+    if found is None:
+        return  # not a configuration a unit runs (a file outside /etc/sglang-supervisor)
+    unit, props = found
+    sandbox = (unitview.sandbox_from_show(unit, props, f"systemctl show {unit}") if props
+               else unitview.shipped_sandbox(unit))
+    report.findings += unitview.unit_view_findings(unit_needs(config, sandbox.user), sandbox)
+    report.host["unit"] = {"unit": unit, "source": sandbox.source, "user": sandbox.user,
+                           "protect_home": sandbox.protect_home, "protect_system": sandbox.protect_system}
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,6 +593,47 @@ def _decode_none(metrics_text: str) -> float | None:
                     and math.isfinite(sample.value)):
                 total = (total or 0.0) + sample.value
     return total if total is None or math.isfinite(total) else None
+
+
+def fallback_findings(status: Any, profile_names: Sequence[str]) -> list[Finding]:
+    """The supervisor's /status -> whether the live server runs below its best profile, and why."""
+    if not isinstance(status, dict) or not profile_names:
+        return []
+    profile = status.get("profile")
+    if not isinstance(profile, str) or not profile:
+        return []
+    best = profile_names[0]
+    if profile == best:
+        return [Finding("ok", "live", f"the supervisor serves the best profile ({best})", "", "",
+                        "live.profile")]
+    level = profile_names.index(profile) if profile in profile_names else None
+    why: list[str] = []
+    for a in status.get("attempts") or []:
+        if isinstance(a, dict) and a.get("failure_class") and a.get("profile") != profile:
+            why.append(f"{a.get('profile')} failed ({a.get('failure_class')})")
+    skipped = status.get("skipped_known_bad")
+    if isinstance(skipped, dict) and skipped:
+        why.append("skipped as known bad: " + ", ".join(str(k) for k in skipped))
+    return [Finding(
+        "warning", "live",
+        f"the live server runs the fallback profile {profile}"
+        + (f" (level {level} of the ladder)" if level is not None else "") + f", not {best}",
+        "; ".join(why) or "an earlier start fell back (see journalctl -u the unit, EVENT=profile.fallback)",
+        "find the cause (journalctl ... FAILURE_CLASS), fix it, then restart the unit to try the "
+        "better profile again (sglang-supervisor run --retry-known-bad ignores remembered failures)",
+        "live.fallback")]
+
+
+def supervisor_status(address: str, timeout_s: float = HTTP_TIMEOUT_S) -> Any:
+    """The running supervisor's /status at metrics.address, or None (not running, not JSON)."""
+    host, port = parse_address(address)
+    try:
+        resp = httpx.get(f"{ports.local_base_url(host, port)}/status", timeout=timeout_s)
+        if resp.status_code != 200 or len(resp.content) > 1_000_000:
+            return None
+        return resp.json()
+    except (httpx.HTTPError, OSError, ValueError):
+        return None
 
 
 def live_report(url: str, report: Report, api_key: str | None, client: httpx.Client | None = None) -> None:
@@ -612,6 +772,7 @@ def build_report(args: argparse.Namespace) -> Report:
         report.engine["config"] = str(config_path)
         try:
             config_report(config, report)
+            unit_view_report(config, str(config_path), report)
             report.findings = audit.collapse_common(report.findings, config.profile_names)
         except ConfigError as e:  # e.g. a profile whose `extends` chain cannot render
             for p in e.problems:
@@ -630,6 +791,11 @@ def build_report(args: argparse.Namespace) -> Report:
         else:
             api_key = os.environ.get("SGLANG_API_KEY")
         live_report(args.url, report, api_key)
+        if config is not None and config.metrics.enabled:
+            status = supervisor_status(config.metrics.address)
+            report.findings += fallback_findings(status, config.profile_names)
+            if isinstance(status, dict) and report.live is not None:
+                report.live["supervisor_profile"] = status.get("profile")
     return report
 
 

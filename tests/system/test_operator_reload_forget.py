@@ -29,6 +29,7 @@ NAME = "systest-ops"
 UNIT = f"sglang-supervisor@{NAME}.service"
 CONFIG = Path("/etc/sglang-supervisor") / f"{NAME}.yaml"
 STATE = Path("/var/lib/sglang-supervisor") / f"{NAME}.state.json"
+EXAMPLES = Path("/usr/share/sglang-supervisor/examples")  # /etc holds only operator files
 START_S = 120.0
 TEST_DROPIN = """[Unit]
 StartLimitIntervalSec=0
@@ -52,7 +53,7 @@ def free_port() -> int:
 
 
 def demo_config() -> dict[str, Any]:
-    cfg: dict[str, Any] = yaml.safe_load((CONFIG.parent / "demo.yaml").read_text())
+    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
     cfg["name"] = NAME
     cfg["state_dir"] = "/var/lib/sglang-supervisor"
     cfg["engine"]["port"] = free_port()

@@ -1,0 +1,104 @@
+"""As an operator meets it under a real systemd with the package installed (issue 18 item 5): the
+engine port is held by another program when the unit starts. The supervisor waits inside the unit
+(`activating`, StatusText `waiting: port_in_use ...`, systemd restarts nothing, so the start limit
+never trips) and starts the engine as soon as the port is free.
+
+A template instance of its own (sglang-supervisor@systest-wait), so sglang-qwen's journal and
+restart counts stay untouched. The file name sorts before test_systemd.py, which purges the package
+at its end.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from system.sandbox import Sandbox
+
+pytestmark = pytest.mark.system
+
+NAME = "systest-wait"
+UNIT = f"sglang-supervisor@{NAME}.service"
+CONFIG = Path("/etc/sglang-supervisor") / f"{NAME}.yaml"
+EXAMPLES = Path("/usr/share/sglang-supervisor/examples")
+START_S = 120.0
+TEST_DROPIN = """[Unit]
+StartLimitIntervalSec=0
+[Service]
+Environment=SGLANG_SIM_TIME_SCALE=0.05
+RestartSec=1s
+TimeoutAbortSec=10s
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def demo_config() -> dict[str, Any]:
+    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
+    cfg["name"] = NAME
+    cfg["state_dir"] = "/var/lib/sglang-supervisor"
+    cfg["engine"]["port"] = free_port()
+    cfg["engine"]["log_file"] = f"/var/log/sglang-supervisor/{NAME}-engine.log"
+    cfg["metrics"]["address"] = f"127.0.0.1:{free_port()}"
+    cfg["logging"]["format"] = "journald"
+    cfg["timeouts"].update(drain_s=5, kill_s=5)
+    return cfg
+
+
+def diagnose(box: Sandbox) -> str:
+    status = box.systemctl("status", UNIT, check=False)
+    tail = box.run("journalctl", "--no-pager", "-u", UNIT, "-n", "40", check=False).stdout
+    return f"{status}\n--- journal\n{tail}"
+
+
+@pytest.fixture(scope="module")
+def box(installed: Sandbox) -> Iterator[Sandbox]:
+    installed.dropin(UNIT, "50-systest", TEST_DROPIN)
+    yield installed
+    installed.systemctl("stop", UNIT, check=False)
+    CONFIG.unlink(missing_ok=True)
+    for leftover in Path("/var/lib/sglang-supervisor").glob(f"{NAME}.state.json*"):
+        leftover.unlink()
+
+
+def test_a_port_held_for_a_while_is_waited_out_inside_the_unit(box: Sandbox) -> None:
+    cfg = demo_config()
+    CONFIG.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", cfg["engine"]["port"]))
+    squatter.listen()
+    try:
+        box.systemctl("start", "--no-block", UNIT)
+        try:
+            box.wait_for("StatusText 'waiting: port_in_use'",
+                         lambda: box.prop(UNIT, "StatusText").startswith("waiting: port_in_use"), START_S)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{diagnose(box)}") from None
+        time.sleep(3)  # > RestartSec of the drop-in: a restart by systemd would have happened by now
+        props = box.show(UNIT, "ActiveState", "NRestarts", "StatusText")
+        assert props["ActiveState"] == "activating" and props["NRestarts"] == "0", diagnose(box)
+        assert props["StatusText"].startswith("waiting: port_in_use"), props
+        assert box.prop(UNIT, "MainPID") != "0"
+    finally:
+        squatter.close()  # the port is free again: the supervisor starts the engine on its own
+
+    def active() -> bool:
+        state = box.prop(UNIT, "ActiveState")
+        assert state != "failed", diagnose(box)
+        return state == "active"
+
+    box.wait_for(f"{UNIT} active", active, START_S)
+    assert box.prop(UNIT, "NRestarts") == "0"  # the supervisor waited; systemd never restarted it
+    assert box.prop(UNIT, "StatusText").startswith("serving "), diagnose(box)

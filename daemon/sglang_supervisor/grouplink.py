@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import structlog
 import uvicorn
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -189,6 +191,34 @@ class LeaderLink:
                 return True
             await asyncio.sleep(0.1)
         return False
+
+
+class GroupCollector(Collector):
+    """The leader's view of its group for Prometheus, read from the link's book at scrape time:
+    which generation runs, how many nodes it has, which worker nodes serve it, and how many reports
+    were refused (a misbehaving or hostile caller of the link)."""
+
+    def __init__(self, link: LeaderLink) -> None:
+        self._link = link
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        book = self._link.book
+        yield GaugeMetricFamily("sglang_supervisor_group_generation",
+                                "the group's current generation (one per group start)",
+                                value=book.generation)
+        yield GaugeMetricFamily("sglang_supervisor_group_nodes", "nodes in the group (group.nnodes)",
+                                value=book.nnodes)
+        serving = GaugeMetricFamily("sglang_supervisor_group_node_serving",
+                                    "1 while a worker node reports its engine serving this generation",
+                                    labels=["node_rank"])
+        for rank in range(1, book.nnodes):
+            serving.add_metric([str(rank)], 1.0 if rank in book.serving else 0.0)
+        yield serving
+        yield GaugeMetricFamily("sglang_supervisor_group_failed",
+                                "1 once this generation failed on any node", value=int(book.failed))
+        yield GaugeMetricFamily("sglang_supervisor_group_rejected_reports",
+                                "reports to the link that were refused as malformed",
+                                value=self._link.rejected)
 
 
 def member_failure_line(f: MemberFailed) -> EngineFailed:

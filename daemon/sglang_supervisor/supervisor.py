@@ -36,6 +36,7 @@ from sglang_supervisor.fleet import GatewayAgent, read_gateway_key
 from sglang_supervisor.group import MemberFailed, View
 from sglang_supervisor.grouplink import (
     MEMBER_FAILED_DRAIN_S,
+    GroupCollector,
     LeaderLink,
     local_capture_keys,
     member_failure_line,
@@ -346,6 +347,8 @@ class Supervisor:
             LeaderLink(group, self._group_view, self._group_engine_running, self._group_member_failed,
                        self._group_progress)
             if group is not None and group.leader else None)
+        if self._group is not None:
+            self.metrics.registry.register(GroupCollector(self._group))
         # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
         self._log_spell: tuple[float, int] | None = None
         # Fleets (docs/OPERATIONS.md): gateway registration, the drain before planned stops,

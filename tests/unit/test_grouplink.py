@@ -71,3 +71,27 @@ def test_worker_progress_keeps_the_leaders_stall_timer_alive_once_per_change() -
         asyncio.run(post(link, Report(1, "w1", 3, "starting", None, "", captures, 2).to_json()))
     asyncio.run(post(link, Report(1, "w1", 2, "starting", None, "", 5, 5).to_json()))  # old generation
     assert len(moves) == 3
+
+
+def test_the_groups_state_is_exported_for_prometheus() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from sglang_supervisor.grouplink import GroupCollector
+
+    link, _ = make_link()
+    registry = CollectorRegistry()
+    registry.register(GroupCollector(link))
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("sglang_supervisor_group_generation") == 3
+    assert sample("sglang_supervisor_group_nodes") == 2
+    assert sample("sglang_supervisor_group_node_serving", node_rank="1") == 0
+    asyncio.run(post(link, Report(1, "w1", 3, "serving").to_json()))
+    asyncio.run(post(link, b"not a report"))
+    assert sample("sglang_supervisor_group_node_serving", node_rank="1") == 1
+    assert sample("sglang_supervisor_group_rejected_reports") == 1
+    assert sample("sglang_supervisor_group_failed") == 0
+    asyncio.run(post(link, Report(1, "w1", 3, "failed", FailureClass.CAPTURE_OOM, "oom").to_json()))
+    assert sample("sglang_supervisor_group_failed") == 1

@@ -13,6 +13,7 @@ configuration; purge removes state; install.sh/uninstall.sh do the same job with
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import socket
@@ -293,6 +294,24 @@ def test_journal_holds_structured_events_and_engine_lines_at_their_priorities(bo
     assert not [e for e in errors if "fired up" in str(e.get("MESSAGE", ""))]
     by_field = box.journal("EVENT=profile.fallback", unit=UNIT)
     assert [e["TO_PROFILE"] for e in by_field] == ["no-prefill-graph"]
+
+
+def test_logscan_reads_the_engine_log_run_by_run(box: Sandbox) -> None:
+    # Issue 18 item 6, as an operator types it: the documented engine log now holds two runs, the
+    # tuned engine that crashed during capture and no-prefill-graph serving. logscan summarises the
+    # last run, lists the other with its failure, and counts lines as `wc -l` does.
+    log = Path("/var/log/sglang-supervisor/qwen-engine.log")
+    out = box.run("sglang-supervisor", "logscan", "--json", str(log)).stdout
+    doc = json.loads(out)
+    runs = doc["runs"]
+    assert len(runs) >= 2 and doc["run"] == runs[-1]["run"], runs
+    assert doc["ready"] and doc["failure"] is None, doc
+    failed = [r for r in runs[:-1] if r["failure"]]
+    assert failed and not failed[-1]["ready"], runs
+    wc_l = log.read_bytes().count(b"\n")
+    assert runs[-1]["last_line"] <= wc_l and runs[0]["first_line"] == 1, (runs, wc_l)
+    text = box.run("sglang-supervisor", "logscan", str(log)).stdout
+    assert "READY" in text.upper() and "FAILED" not in text.split("\n")[0].upper(), text
 
 
 def test_doctor_sees_the_fallback_and_the_units_view_and_accepts_a_hub_id(box: Sandbox) -> None:

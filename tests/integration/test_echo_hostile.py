@@ -10,7 +10,6 @@ sent by the test with those phrases as prompts, model name and stop strings.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,6 @@ pytestmark = pytest.mark.integration
 # Events that would mean a log line was acted on as the engine's own voice.
 ACTED_ON = ("engine.failure_line", "engine.failed", "engine.stop", "profile.fallback", "profile.retry_same",
             "engine.capture_begin", "engine.capture_end", "engine.exited", "supervisor.exit")
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
 
 
 def _with_log_requests(data: dict[str, Any], level: str, fmt: str, *faults: str) -> dict[str, Any]:

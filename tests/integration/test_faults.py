@@ -19,7 +19,6 @@ import socket
 import subprocess
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,6 @@ def with_prelude(data: dict[str, Any], script: str) -> dict[str, Any]:
     """Run `script` (sh) in the engine's place first, then exec the real engine command."""
     data["engine"]["command"] = ["sh", "-c", script + '\nexec "$@"', "sh", *data["engine"]["command"]]
     return data
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
 
 
 def wait_gone(pgids: list[int], timeout: float = DEADLINE_S) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,14 +21,6 @@ from supervised import base_config as config
 from tiers import require
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
 
 
 def known_bad(workdir: Path) -> set[str]:

@@ -136,14 +136,6 @@ def test_slow_answers_end_at_the_deadline(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ the supervisor itself
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
-
-
 def start(daemons: list[Daemon], tmp: Path, data: dict[str, Any]) -> Daemon:
     d = Daemon(tmp, data)
     daemons.append(d)

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,6 @@ from sglang_supervisor.process import group_members
 from supervised import Daemon, base_config, free_port, start
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
 
 
 def group_configs(tmp: Path, *faults: str, restart: str = "group", **timeouts: float

@@ -34,7 +34,6 @@ from tiers import require
 pytestmark = pytest.mark.integration
 
 Daemon = harness.Daemon
-daemons = harness.daemons  # fixture: every daemon started is stopped, its engines killed
 workdir = harness.workdir  # fixture
 
 DEADLINE_S = harness.DEADLINE_S

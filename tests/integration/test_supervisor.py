@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,6 @@ __all__ = ["DEADLINE_S", "Daemon", "base_config", "fault_first_profile", "start"
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
 
 
 # ------------------------------------------------------------------------------------ tests

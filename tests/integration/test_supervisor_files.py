@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ import pytest
 from supervised import Daemon, base_config, free_port, start, stop_cleanly
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    started: list[Daemon] = []
-    yield started
-    for d in started:
-        d.close()
 
 
 def state_file(workdir: Path) -> Path:

@@ -178,24 +178,24 @@ def test_huge_generate_body_keeps_the_supervisor_bounded(daemons: list[Daemon], 
     """An endless /generate line without a newline: the probe refuses it at its cap, RSS stays flat."""
     d = start(daemons, tmp_path, serving_config(tmp_path, "http:generate:huge@250,http:metrics:huge@250"))
     d.notified("READY=1")
-    d.event("probe_failed")
+    d.event("probe.failed")
 
     def peak_until(failures: int) -> int:
         peak = 0
         deadline = time.monotonic() + 90
-        while len(d.named("probe_failed")) < failures and time.monotonic() < deadline:
+        while len(d.named("probe.failed")) < failures and time.monotonic() < deadline:
             peak = max(peak, rss_kib(d.proc.pid))
             time.sleep(0.02)
-        assert len(d.named("probe_failed")) >= failures
+        assert len(d.named("probe.failed")) >= failures
         return peak
 
     early = peak_until(5)  # the first probes: allocator arenas grow to their working size
     late = peak_until(20)  # fifteen more refused endless bodies
     print(f"supervisor RSS under http:generate:huge + http:metrics:huge: peak {early} KiB over "
           f"probes 1-5, {late} KiB over probes 6-20")
-    errors = {f["error"] for f in d.named("probe_failed")}
+    errors = {f["error"] for f in d.named("probe.failed")}
     assert errors == {"a line of the stream is longer than 1048576 bytes"}, errors
-    assert {f["problem"] for f in d.named("probe_failed")} == {"too_large"}
+    assert {f["problem"] for f in d.named("probe.failed")} == {"too_large"}
     # Flat: nothing is kept per refused body (the allocator's working set settles within the
     # first probes); unbounded, one endless line would grow to gigabytes within a probe.
     assert late <= early + 48 * 1024, (early, late)
@@ -211,9 +211,9 @@ def test_garbage_answers_fail_probes_without_crash_or_restart(daemons: list[Daem
     d = start(daemons, tmp_path, serving_config(tmp_path, *faults))
     d.notified("READY=1")
     for _ in range(3):
-        d.event("probe_failed", after=len(d.events))
+        d.event("probe.failed", after=len(d.events))
     expected = {"garbage": "bad_json", "deep": "too_deep", "nonfinite": "non_finite"}[mode]
-    assert {f["problem"] for f in d.named("probe_failed")} == {expected}
+    assert {f["problem"] for f in d.named("probe.failed")} == {expected}
     assert not d.named("engine.wedged") and len(d.engine_pids()) == 1
     assert d.proc.poll() is None
     no_internal_error(d)

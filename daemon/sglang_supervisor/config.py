@@ -262,8 +262,10 @@ class EngineSettings(_ArgsAndEnv):
     @field_validator("command")
     @classmethod
     def _command_words(cls, v: list[str]) -> list[str]:
+        # A word may be a `sh -c` script: newlines and tabs belong there; NUL and the other
+        # control characters cannot reach exec intact.
         for word in v:
-            _path_text(word, "command word")
+            _path_text(word.replace("\n", " ").replace("\t", " "), "command word")
         return v
 
     @field_validator("model_path", "host", "log_file")

@@ -57,7 +57,7 @@ def children(pid: int) -> list[int]:
 def ready_then_clean_stop(d: Daemon) -> None:
     d.notified("READY=1")
     pids = d.engine_pids()
-    assert d.stop() == 0
+    assert d.stop() == 0, d.named("supervisor.internal_error") or d.named("supervisor.exit")
     assert "STOPPING=1" in d.notes
     wait_gone(pids, timeout=5)  # the supervisor itself verified this before exiting 0
 
@@ -197,7 +197,7 @@ def test_engine_that_ignores_sigterm_is_killed_with_its_group(daemons: list[Daem
     d = start(daemons, tmp_path, config(tmp_path, "ignore-sigterm", drain_s=1, kill_s=5))
     d.notified("READY=1")
     pids = d.engine_pids()
-    assert d.stop() == 0
+    assert d.stop() == 0, d.named("supervisor.internal_error") or d.named("supervisor.exit")
     stopped = d.event("engine.stopped")
     assert stopped.get("killed") is True or stopped.get("drained") is False
     wait_gone(pids, timeout=5)

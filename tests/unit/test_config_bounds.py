@@ -70,7 +70,8 @@ def one(**patch: object) -> ConfigProblem:
     ("engine__log_file", "/var/log/x\x1b[2J.log", "engine.log_file", "control characters"),
     ("engine__host", "", "engine.host", "is empty"),
     ("engine__command", ["python3", ""], "engine.command", "is empty"),
-    ("engine__command", ["python3\n-c"], "engine.command", "control characters"),
+    ("engine__command", ["python3\x1b-c"], "engine.command", "control characters"),
+    ("engine__command", ["sh", "-c", "echo a\x00b"], "engine.command", "control characters"),
     ("engine__interpreter", "", "engine.interpreter", "is empty"),
     ("engine__api_key_file", "", "engine.api_key_file", "is empty"),
     ("state_dir", "", "state_dir", "is empty"),
@@ -86,6 +87,12 @@ def test_values_run_could_not_use_are_refused_by_check(key: str, value: object, 
     assert p.path.startswith(path), p
     assert says in p.problem, p
     assert p.fix
+
+
+def test_a_command_word_may_be_a_multi_line_shell_script() -> None:
+    # `sh -c` with a script: newlines and tabs are what the script is made of.
+    parse_config(yaml.safe_dump({**BASE, "engine": {**BASE["engine"],
+                                 "command": ["sh", "-c", "echo start\n\texec sglang-sim \"$@\"", "sh"]}}))
 
 
 def test_every_default_and_the_documented_ranges_still_load() -> None:

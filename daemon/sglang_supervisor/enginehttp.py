@@ -196,6 +196,13 @@ async def fetch(
                                 f"no complete answer from {url} within {deadline_s:g} s") from None
     except (httpx.HTTPError, OSError) as exc:
         raise _http_problem(exc, url) from None
+    except RuntimeError:
+        # httpx refuses to send on a closed client: our own stop closed it under a request in
+        # flight (a probe or health check of an engine being stopped), not the engine.
+        if not client.is_closed:
+            raise
+        raise EngineAnswerError(Problem.CONNECT,
+                                f"request to {url} not sent: the supervisor closed its HTTP client") from None
 
 
 async def fetch_json(client: httpx.AsyncClient, url: str, *, deadline_s: float,

@@ -317,6 +317,12 @@ async def probe_once(
         return failed(Problem.TIMEOUT, f"{type(exc).__name__}: no answer in time")
     except (httpx.HTTPError, OSError) as exc:
         return failed(Problem.CONNECT, f"{type(exc).__name__}: {exc}"[:300])
+    except RuntimeError:
+        # httpx refuses to send on a client closed under a probe in flight: our own stop did
+        # that (the engine is being stopped), not the engine.
+        if not client.is_closed:
+            raise
+        return failed(Problem.CONNECT, "not sent: the supervisor closed its HTTP client (stopping)")
     return result_from_stats(stream_stats(events), shape, started_at)
 
 

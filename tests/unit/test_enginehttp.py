@@ -229,3 +229,17 @@ def test_health_check_that_never_completes_is_a_timeout() -> None:
             return await check_health(c, "http://engine/health", 0.2)
     r = _run(go())
     assert not r.ok and r.problem == "timeout" and "no answer" in r.why
+
+
+def test_a_client_closed_under_a_request_is_a_typed_refusal_not_an_exception() -> None:
+    # Our own stop closes the supervisor's client while a probe or health check is in flight:
+    # httpx raises RuntimeError, which ended the loop as an "internal error" (exit 1) under load.
+    async def go():  # type: ignore[no-untyped-def]
+        c = _client(b'{"ok": true}')
+        await c.aclose()
+        with pytest.raises(EngineAnswerError) as info:
+            await fetch(c, "http://engine/metrics", deadline_s=5)
+        return info.value, await probe_once(c, "http://engine", timeout=5)
+    err, probe = _run(go())
+    assert err.problem is Problem.CONNECT and "closed" in err.detail
+    assert not probe.ok and probe.problem == "connect" and "closed its HTTP client" in probe.error

@@ -423,7 +423,9 @@ def test_reload_rereads_the_configuration(box: Sandbox) -> None:
     write_config(cfg)
     mark = cursor(box)
     box.systemctl("reload", UNIT, timeout=START_S)
-    reload = named(events(box, since_cursor=mark), "supervisor.reload")
+    # supervisor events reach journald from a writer thread: wait for the record, do not race it
+    reload = box.wait_for("the supervisor.reload record",
+                          lambda: named(events(box, since_cursor=mark), "supervisor.reload"), 30)
     assert [e["CHANGED"].lower() for e in reload] == ["true"], reload
 
     def reloaded_engine() -> bool:

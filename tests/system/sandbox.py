@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -387,3 +388,22 @@ def booted(name: str) -> Iterator[Sandbox]:
     finally:
         box.down()
 
+
+
+# The drop-in every system test puts on the units it starts: a fast simulator, fast restarts and
+# no start limit (the tests restart on purpose).
+TEST_DROPIN = """[Unit]
+StartLimitIntervalSec=0
+[Service]
+Environment=SGLANG_SIM_TIME_SCALE=0.05
+RestartSec=1s
+TimeoutAbortSec=10s
+"""
+
+
+def free_port() -> int:
+    """A loopback port free now (the sandbox shares the host's network)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

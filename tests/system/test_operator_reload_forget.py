@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import Sandbox
+from system.sandbox import TEST_DROPIN, Sandbox, free_port
 
 pytestmark = pytest.mark.system
 
@@ -31,25 +30,11 @@ CONFIG = Path("/etc/sglang-supervisor") / f"{NAME}.yaml"
 STATE = Path("/var/lib/sglang-supervisor") / f"{NAME}.state.json"
 EXAMPLES = Path("/usr/share/sglang-supervisor/examples")  # /etc holds only operator files
 START_S = 120.0
-TEST_DROPIN = """[Unit]
-StartLimitIntervalSec=0
-[Service]
-Environment=SGLANG_SIM_TIME_SCALE=0.05
-RestartSec=1s
-TimeoutAbortSec=10s
-"""
 # tuned's prefill graph capture fails (the simulator's fault, matching only tuned's command line);
 # in a drop-in, so the configuration and its fingerprint stay the same when it is removed
 FAULT_DROPIN = """[Service]
 Environment=SGLANG_SIM_FAULTS=capture-fail:prefill+when=--enable-single-batch-overlap
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def demo_config() -> dict[str, Any]:

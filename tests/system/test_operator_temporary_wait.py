@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import Sandbox
+from system.sandbox import TEST_DROPIN, Sandbox, free_port
 
 pytestmark = pytest.mark.system
 
@@ -28,20 +28,6 @@ UNIT = f"sglang-supervisor@{NAME}.service"
 CONFIG = Path("/etc/sglang-supervisor") / f"{NAME}.yaml"
 EXAMPLES = Path("/usr/share/sglang-supervisor/examples")
 START_S = 120.0
-TEST_DROPIN = """[Unit]
-StartLimitIntervalSec=0
-[Service]
-Environment=SGLANG_SIM_TIME_SCALE=0.05
-RestartSec=1s
-TimeoutAbortSec=10s
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def demo_config() -> dict[str, Any]:

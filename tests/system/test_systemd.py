@@ -16,7 +16,6 @@ import contextlib
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import Sandbox
+from system.sandbox import TEST_DROPIN, Sandbox, free_port
 from tiers import require
 
 pytestmark = pytest.mark.system
@@ -39,21 +38,6 @@ BROKEN = "systest-broken"
 REPO = Path(__file__).resolve().parents[2]
 # generous bounds, so a slow CI machine is not a failure; the simulator's clock runs fast
 START_S = 120.0
-# the test drop-in: fast simulator, fast restarts, no start limit (tests restart on purpose)
-TEST_DROPIN = """[Unit]
-StartLimitIntervalSec=0
-[Service]
-Environment=SGLANG_SIM_TIME_SCALE=0.05
-RestartSec=1s
-TimeoutAbortSec=10s
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def demo_config(**overrides: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ silently skipped there would hide a broken install step.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,13 @@ def cache_dir(tier: str) -> Path:
     base = os.environ.get("SGLANG_SUPERVISOR_TEST_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sglang-supervisor-tests")
     return Path(base) / tier
+
+
+def run_install(cmd: list[str], timeout_s: float) -> tuple[bool, str]:
+    """Run a venv/pip step of a tier's cached environment: (ok, the last lines of its output)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"{cmd[0]}: {e}"
+    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+    return proc.returncode == 0, tail

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tiers import cache_dir, require
+from tiers import cache_dir, require, run_install
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = cache_dir("compat")
@@ -71,12 +70,7 @@ TIMES = CACHE / "build-times.json"
 
 
 def _run(cmd: list[str]) -> tuple[bool, str]:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"{cmd[0]}: {e}"
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-    return proc.returncode == 0, tail
+    return run_install(cmd, INSTALL_TIMEOUT_S)
 
 
 def _record(name: str, seconds: float) -> None:

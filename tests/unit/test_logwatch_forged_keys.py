@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.events import DecodeStats, EngineFailed, ServerReady
-from sglang_supervisor.logwatch import parse_bytes
+from sglang_supervisor.core.events import DecodeStats, EngineFailed, ServerReady
+from sglang_supervisor.core.logwatch import parse_bytes
 from sglang_supervisor.simulator import reqlog
 
 NOW = 1796133196.0

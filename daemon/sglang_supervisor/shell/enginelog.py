@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sglang_supervisor.batchqueue import BatchQueue
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureProgress,
     DeprecatedFlag,
     EngineCrashed,
@@ -33,7 +32,8 @@ from sglang_supervisor.events import (
     EngineFailed,
     TracebackLine,
 )
-from sglang_supervisor.secretforms import expand
+from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.shell.batchqueue import BatchQueue
 
 READ_SIZE = 64 * 1024
 REDACTED = b"***"

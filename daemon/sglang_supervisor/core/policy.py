@@ -36,6 +36,7 @@ from sglang_supervisor.core.events import (
     WeightsLoaded,
 )
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.failures import ARGPARSE_EXIT, classify_failure
 from sglang_supervisor.core.wedge import Check, Tally, Verdict, judge
 
 
@@ -73,15 +74,10 @@ TEMPORARY_TIMER = "temporary"  # the bound on waiting for a temporary condition
 TEMPORARY_RETRY_MAX_S = 60.0
 
 # Failure classes that only say "something broke": a finer class seen in the same start wins.
-GENERIC_FAILURES = frozenset(
-    {FailureClass.SCHEDULER_EXCEPTION, FailureClass.CHILD_CRASHED, FailureClass.OTHER}
-)
 # Exit codes that never go down the ladder: another profile cannot fix them.
 CONFIG_FAILURES = frozenset({FailureClass.UNKNOWN_FLAG})
 TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE})
 
-# argparse's exit status: the command line itself was rejected.
-ARGPARSE_EXIT = 2
 
 # Restart reasons that are not failures (the others are FailureClass values).
 RESTART_REGRESSION = "regression"
@@ -372,33 +368,6 @@ Action = (
 
 
 # ----------------------------------------------------------------------------- pure helpers
-
-def classify_failure(
-    returncode: int | None,
-    failures: Iterable[EngineFailed],
-    verdict: FailureClass | None = None,
-    *,
-    after_ready: bool = False,
-) -> FailureClass:
-    """Why a start or a run failed.
-
-    The engine's own signature is the best witness (the first specific one: later lines are
-    fallout); then the supervisor's verdict (hang, wedged); then a generic signature; then the
-    exit code (argparse's 2, only before READY: a serving engine parses no command line); else
-    OTHER.
-    """
-    seen = list(failures)
-    specific = [f.failure for f in seen if f.failure not in GENERIC_FAILURES]
-    if specific:
-        return specific[0]
-    if verdict is not None:
-        return verdict
-    if seen:
-        return seen[0].failure
-    if returncode == ARGPARSE_EXIT and not after_ready:
-        return FailureClass.UNKNOWN_FLAG
-    return FailureClass.OTHER
-
 
 def corroborated(
     failures: Iterable[EngineFailed],

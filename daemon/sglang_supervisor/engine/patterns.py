@@ -241,25 +241,6 @@ CAPTURE_FRAME_WORDS = ("cuda_graph", "init_cuda_graphs", "capture")
 DRAFT_FRAME_WORDS = ("speculative/", "draft")
 PREFILL_FRAME_WORDS = ("prefill_cuda_graph", "breakable_cuda_graph", "piecewise")
 
-# Specific causes outrank generic ones when several signatures belong to one failure.
-FAILURE_RANK: dict[FailureClass, int] = {
-    FailureClass.UNKNOWN_FLAG: 0,
-    FailureClass.PORT_IN_USE: 0,
-    FailureClass.KV_CACHE_OOM: 0,
-    FailureClass.PREFILL_GRAPH_FAILED: 0,
-    FailureClass.DRAFT_CAPTURE_FAILED: 0,
-    FailureClass.CAPTURE_OOM: 0,
-    FailureClass.SCHEDULER_DIED: 0,
-    FailureClass.WATCHDOG_TIMEOUT: 0,
-    FailureClass.NCCL_TIMEOUT: 0,
-    FailureClass.CAPTURE_FAILED: 1,
-    FailureClass.WARMUP_FAILED: 1,
-    FailureClass.CUDA_ERROR: 1,
-    FailureClass.SCHEDULER_EXCEPTION: 2,
-    FailureClass.CHILD_CRASHED: 3,
-    FailureClass.OTHER: 4,
-}
-
 # What to do about each class: shown by logscan next to the failure.
 FIX_HINTS: dict[FailureClass, str] = {
     FailureClass.UNKNOWN_FLAG: "fix the command line for this SGLang version "

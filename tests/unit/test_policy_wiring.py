@@ -8,7 +8,8 @@ import yaml
 
 from sglang_supervisor.commands.demo import demo_config_data
 from sglang_supervisor.core.config import default_demo_config_path, parse_config
-from sglang_supervisor.shell.supervisor import capture_keys, flag_value, policy_settings, tp_size
+from sglang_supervisor.engine.argv import flag_value, tp_size
+from sglang_supervisor.shell.supervisor import capture_keys, policy_settings
 
 
 def test_flag_value_and_tp_size() -> None:

@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_supervisor.core import audit, profiles, unitview
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, load_config, parse_address
+from sglang_supervisor.engine.argv import parse_flags
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
@@ -383,7 +384,7 @@ def _engine_findings(
                 report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
         if ran and not parser_state.startswith("unavailable"):
             parser_state = f"sglang {ran[0]} via {interpreter}"
-    tp = max((audit.parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
+    tp = max((parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
     for v in views:
         report.findings += audit.audit_profile(
             v, version, model, gpus=host.gpus, link=host.tp_link, catalog=catalog
@@ -395,7 +396,7 @@ def _encoder_ports(config: Config, version: str) -> dict[int, str]:
     catalog = flag_catalog(version)
     found: dict[int, str] = {}
     for p in config.profiles:
-        flags = audit.parse_flags(_written_args(config, p.name), catalog)
+        flags = parse_flags(_written_args(config, p.name), catalog)
         if flags.on("--language-only"):
             port = flags.int("--encoder-bootstrap-port", audit.ENCODER_BOOTSTRAP_PORT_DEFAULT)
             if port:

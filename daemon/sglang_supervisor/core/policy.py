@@ -38,6 +38,7 @@ from sglang_supervisor.core.events import (
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failures import ARGPARSE_EXIT, classify_failure
 from sglang_supervisor.core.wedge import Check, Tally, Verdict, judge
+from sglang_supervisor.engine.graphs import settled_by_prefill_off
 
 
 class Phase(str, Enum):
@@ -773,8 +774,7 @@ class Lifecycle:
             # The engine decided against prefill graphs (target and draft) on that rank, or on
             # every rank when the unprefixed main process said so: do not wait for them.
             self._expected = {k for k in self._expected
-                              if not (k[1] in ("prefill", "piecewise")
-                                      and (ev.rank is None or k[2] == ev.rank))}
+                              if not settled_by_prefill_off(k[1], k[2], ev.rank)}
             acts.append(Log("engine.prefill_graph_disabled", "warning",
                             {"profile": self.profile, "reason": ev.reason}))
         elif isinstance(ev, HttpUp):

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,8 +84,10 @@ from sglang_supervisor.core.regression import (
 )
 from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
 from sglang_supervisor.core.wedge import counters_grew
+from sglang_supervisor.engine.argv import flag_value, tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
+from sglang_supervisor.engine.graphs import expected_captures
+from sglang_supervisor.engine.sglang import clean_exit_codes, health_path
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginehttp import EngineAnswerError
@@ -141,9 +143,6 @@ PHASE_TO_METRIC = {
     Phase.STOPPING: "stopping", Phase.STOPPED: "stopped", Phase.FAILED: "failed",
 }
 
-_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
-
-
 # ----------------------------------------------------------------------------- preflight (pure-ish)
 
 @dataclass(frozen=True)
@@ -155,24 +154,6 @@ class Prepared:
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
     gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
-
-
-def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
-    names = tuple(names)
-    value: str | None = None
-    for i, tok in enumerate(argv):
-        name, eq, inline = tok.partition("=")
-        if name in names:
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
-
-
-def tp_size(argv: Sequence[str]) -> int:
-    raw = flag_value(argv, _TP_FLAGS)
-    try:
-        return max(1, int(raw)) if raw else 1
-    except ValueError:
-        return 1
 
 
 def decode_log_interval(argv: Sequence[str]) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_supervisor.commands.doctor import Report, format_human
+from sglang_supervisor.core.audit import ProfileView, audit_profile
 from sglang_supervisor.engine.argv import parse_flags
 from sglang_supervisor.engine.graphs import expected_captures, graph_phases
 from sglang_supervisor.engine.modelinfo import parse_model_config
@@ -122,3 +124,18 @@ def test_doctor_is_more_precise_with_the_model_and_the_gate_is_settled_by_the_en
     assert any("allow-list" in r for r in prefill.reasons)
     _, unknown = graph_phases(parse_flags([]), "0.5.13", None)
     assert unknown.on and not unknown.certain
+
+
+def test_doctor_names_the_profile_of_each_graph_finding() -> None:
+    # On the H200 two profiles' findings printed `graph.prefill.on` and `graph.prefill.off` side by
+    # side: each finding carries its profile, in the JSON and under a header in the text.
+    findings = (audit_profile(ProfileView("tuned", ()), "0.5.17")
+                + audit_profile(ProfileView("safe", ("--cuda-graph-backend-prefill", "disabled")), "0.5.17"))
+    report = Report(findings=findings)
+    graph = [(f["code"], f["profile"]) for f in report.to_json()["findings"]
+             if f["code"].startswith("graph.")]
+    assert graph == [("graph.decode.on", "tuned"), ("graph.prefill.on", "tuned"),
+                     ("graph.prefill.off", "safe"), ("graph.decode.on", "safe")]
+    text = format_human(report)
+    assert text.index("-- profile tuned") < text.index("prefill CUDA graph: on") < text.index(
+        "-- profile safe") < text.index("prefill CUDA graph: OFF")

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sglang_supervisor.engine.api import CUDA_GRAPH_PASSES, DECODE_EAGER_MODE
 from sglang_supervisor.engine.argv import Flags, parse_flags
 from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.engine.modelinfo import ModelInfo
@@ -1092,7 +1093,7 @@ def live_findings(info: Mapping[str, Any], decode_none_passes: float | None = No
                 "warning",
                 "live",
                 f"{decode_none_passes:.0f} decode passes ran eagerly",
-                "sglang:cuda_graph_passes_total{mode=decode_none} > 0: batches fell outside the "
+                f"{CUDA_GRAPH_PASSES}{{mode={DECODE_EAGER_MODE}}} > 0: batches fell outside the "
                 "captured sizes",
                 "raise --cuda-graph-max-bs-decode to the concurrency you serve",
                 "live.decode_none",

@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from sglang_supervisor.core.address import AddressError, parse_address
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.group import GroupSettings
 
@@ -376,22 +377,11 @@ class MetricsSettings(_Strict):
     @field_validator("address")
     @classmethod
     def _host_port(cls, v: str) -> str:
-        parse_address(v)
+        try:
+            parse_address(v)
+        except AddressError as exc:
+            raise FixableValueError(exc.problem, exc.fix) from None
         return v
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`HOST:PORT` or `[V6]:PORT` -> (host, port); ValueError that says the expected shape."""
-    host, sep, port_s = address.rpartition(":")
-    if not sep or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
-        raise FixableValueError(f"{address!r} is not HOST:PORT",
-                                "write e.g. 127.0.0.1:9400 (port 0 picks a free port)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host:
-        raise FixableValueError(f"{address!r} has no host",
-                                f"write 127.0.0.1:{port_s} (or 0.0.0.0:{port_s} to listen on every address)")
-    return host, int(port_s)
 
 
 class GatewaySettings(_Strict):

@@ -94,11 +94,6 @@ def node_rank_labels(tp_size: int, nnodes: int, node_rank: int) -> frozenset[str
     return frozenset(f"TP{r}" if tp_size > 1 else None for r in ranks)
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 # ---- messages on the link (untrusted: bounded, typed, never an exception) ----------------------
 
 NodeState = Literal["idle", "starting", "serving", "failed"]

@@ -161,12 +161,6 @@ EXCEPTION_LINE = re.compile(
 )
 CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
-# Fallout: the launcher reacting to a child that already failed. Never the root cause.
-CRASH_KEYS = (
-    "Received sigquit from a child proces",  # 0.4.x spells it `proces.` / `proces(s).`
-    "SIGQUIT received",
-    "crashed with exit code",
-)
 CHILD_CRASHED = re.compile(r"Subprocess (?P<name>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
 
 # (substring, class) checked in order on every line that can be an error; first match wins.
@@ -278,3 +272,11 @@ REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(\bBearer\s+)(?!\*\*\*)[^\s'\",}]+"), r"\1***"),
 )
 SECRET_ARG_KEYS = ("api_key", "secret", "password", "hf_token")
+
+# -- multi-node worker (--nnodes > 1, --node-rank > 0) -------------------------------------------
+# SGLang's worker launcher logs this once all its schedulers are ready (after their captures).
+WORKER_READY = re.compile(r"^\[[^\]]*\] (?:Starting dummy health check server|"
+                          r"Dummy health check server scheduled on existing loop) at ")
+# The scheduler processes retitle themselves `sglang::scheduler_TP<n>`; a comm name is cut to 15
+# bytes (`sglang::schedul`), so match on a prefix.
+SCHEDULER_COMM_PREFIX = "sglang::sched"

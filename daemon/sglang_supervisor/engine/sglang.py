@@ -18,6 +18,8 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
+from sglang_supervisor.engine.api import HEALTH_ROUTE
+
 Severity = Literal["error", "warning"]
 
 _CATALOG_PACKAGE = "sglang_supervisor.engine.catalog"
@@ -670,7 +672,7 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
 def health_path(version: str) -> str:
     """`/health` runs a 1-token generation (about 1 s, 20 s timeout) on every known version."""
     del version  # same route on every known release; kept per-version for the callers' sake
-    return "/health"
+    return HEALTH_ROUTE
 
 
 def clean_exit_codes(version: str) -> frozenset[int]:

@@ -38,10 +38,10 @@ from sglang_supervisor.core.regression import (
     evaluate,
     updated_baseline,
 )
+from sglang_supervisor.engine.api import EngineMetrics
 from sglang_supervisor.shell import gpu
 from sglang_supervisor.shell.metrics import SupervisorMetrics
 from sglang_supervisor.shell.probe import (
-    EngineMetrics,
     ProbeResult,
     ProbeShape,
     engine_metrics,

@@ -33,6 +33,7 @@ from pydantic_core import ErrorDetails
 from sglang_supervisor.core.address import AddressError, parse_address
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.group import GroupSettings
+from sglang_supervisor.engine.argv import MANAGED_FLAGS
 
 ArgScalar = str | int | float | bool
 # A flag's value: true = bare flag, false/null = left out, a list = several values (nargs).
@@ -46,16 +47,18 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.+-]?[A-Za-z0-9.+-]*)?\Z")
 
 # Flags the supervisor sets itself: written in args they would fight with the typed settings.
-RESERVED_FLAGS: dict[str, str] = {
-    "model-path": "set engine.model_path instead",
+# Which SGLang flags those are is engine knowledge (engine/argv.MANAGED_FLAGS); what to write
+# instead is the configuration's.
+_MANAGED_FIX: dict[str, str] = {
     "model": "set engine.model_path instead",
     "host": "set engine.host instead",
     "port": "set engine.port instead",
-    "api-key": "put the key in a file and set engine.api_key_file (or engine.api_key_credential); "
+    "api_key": "put the key in a file and set engine.api_key_file (or engine.api_key_credential); "
     "a key on the command line is visible to every user in the process table",
-    "admin-api-key": "keep secrets off the command line; the supervisor does not pass admin keys",
-    "config": "the supervisor passes its own --config file (for the API key); remove this flag",
+    "admin_api_key": "keep secrets off the command line; the supervisor does not pass admin keys",
+    "config_file": "the supervisor passes its own --config file (for the API key); remove this flag",
 }
+RESERVED_FLAGS: dict[str, str] = {flag: _MANAGED_FIX[role] for flag, role in MANAGED_FLAGS.items()}
 
 
 # Upper bounds: every value `check` accepts must be one `run` can use (timers, EXTEND_TIMEOUT_USEC).

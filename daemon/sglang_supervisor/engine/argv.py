@@ -20,6 +20,18 @@ TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 DP_FLAGS = ("--dp-size", "--data-parallel-size")
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")
 _FALSE = frozenset({"false", "0", "no", "off"})
+# SGLang options (without `--`) that carry what the supervisor sets itself, by what they set: the
+# configuration refuses them in a profile's args (core/config), where they would fight the typed
+# settings.
+MANAGED_FLAGS: Mapping[str, str] = {
+    "model-path": "model",
+    "model": "model",
+    "host": "host",
+    "port": "port",
+    "api-key": "api_key",
+    "admin-api-key": "admin_api_key",
+    "config": "config_file",
+}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ LAYERS_CORE_MAY_NOT_USE = ("sglang_supervisor.shell", "sglang_supervisor.command
 KNOWN_DEBT: set[tuple[str, str]] = {
     ("core/config.py", "os"), ("core/config.py", "pathlib"),
     ("core/profiles.py", "os"), ("core/profiles.py", "sglang_supervisor.shell.apikey"),
-    ("core/audit.py", "sglang_supervisor.shell.gpu"), ("core/regression.py", "sglang_supervisor.shell.gpu"),
 }
 
 

@@ -28,6 +28,7 @@ import structlog
 from sglang_supervisor.core import audit, profiles, unitview
 from sglang_supervisor.core.address import parse_address
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, load_config
 from sglang_supervisor.engine.api import (
     METRICS_ROUTE,
@@ -41,7 +42,6 @@ from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
 from sglang_supervisor.shell import gpu, ports
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
-from sglang_supervisor.shell.process import engine_env
 
 ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "engine" / "argcheck.py"
 ARGCHECK_TIMEOUT_S = 120.0

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sglang_supervisor.core.gpufacts import GpuInfo, P2PLink
 from sglang_supervisor.engine.api import CUDA_GRAPH_PASSES, DECODE_EAGER_MODE
 from sglang_supervisor.engine.argv import Flags, parse_flags
 from sglang_supervisor.engine.graphs import graph_phases
@@ -25,7 +26,6 @@ from sglang_supervisor.engine.sglang import (
     Migration,
     at_least,
 )
-from sglang_supervisor.shell.gpu import GpuInfo, P2PLink
 
 Severity = Literal["error", "warning", "info", "ok"]
 Area = Literal["host", "engine", "audit", "live"]

@@ -37,6 +37,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from sglang_supervisor.core.address import parse_address
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config
 from sglang_supervisor.core.events import (
     CaptureEnded,
@@ -73,7 +74,7 @@ from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_co
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
 from sglang_supervisor.shell.notify import Notifier
-from sglang_supervisor.shell.process import EngineProcess, engine_env
+from sglang_supervisor.shell.process import EngineProcess
 
 log = structlog.get_logger("sglang_supervisor")
 

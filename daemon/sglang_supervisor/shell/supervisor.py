@@ -24,6 +24,7 @@ import httpx
 import structlog
 
 from sglang_supervisor.core import reloadplan, wayback
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -111,7 +112,7 @@ from sglang_supervisor.shell.probe import (
     engine_load,
     read_engine_metrics,
 )
-from sglang_supervisor.shell.process import EngineProcess, engine_env, venv_bin_dir
+from sglang_supervisor.shell.process import EngineProcess, venv_bin_dir
 from sglang_supervisor.shell.reaper import Reaper
 
 log = structlog.get_logger("sglang_supervisor")

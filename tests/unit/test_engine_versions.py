@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from sglang_supervisor.engine.graphs import ExpectedCapture, expected_captures, settled_by_prefill_off
-from sglang_supervisor.engine.sglang import clean_exit_codes, migrate_args, migrate_env
+from sglang_supervisor.engine.sglang import (
+    NEWEST_KNOWN_VERSION,
+    clean_exit_codes,
+    known_versions,
+    migrate_args,
+    migrate_env,
+)
 
 SEED = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2", "--mamba-scheduler-strategy", "extra_buffer",
         "--enforce-piecewise-cuda-graph", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
@@ -152,3 +158,7 @@ def test_a_prefill_disabled_line_settles_the_prefill_graphs_of_its_rank() -> Non
     assert settled_by_prefill_off("piecewise", None, None)
     assert not settled_by_prefill_off("prefill", "TP1", "TP0")
     assert not settled_by_prefill_off("decode", "TP0", "TP0")
+
+
+def test_the_newest_known_version_is_the_newest_catalogue() -> None:
+    assert known_versions()[-1] == NEWEST_KNOWN_VERSION

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sglang_supervisor.core.gpufacts import GpuInfo, P2PLink
+from sglang_supervisor.engine import patterns as P
 from sglang_supervisor.engine.api import CUDA_GRAPH_PASSES, DECODE_EAGER_MODE
 from sglang_supervisor.engine.argv import Flags, parse_flags
 from sglang_supervisor.engine.graphs import graph_phases
@@ -156,8 +157,8 @@ def _graph_findings(flags: Flags, version: str, model: ModelInfo | None, profile
         extra = (
             ""
             if prefill.certain
-            else " (a runtime rule may still turn it off; watch for 'Disable prefill "
-            "CUDA graph because' in the log)"
+            else f" (a runtime rule may still turn it off; watch for '{P.PREFILL_DISABLED_LINE}' in "
+            "the log)"
         )
         out.append(
             Finding(
@@ -224,7 +225,7 @@ def _spec_findings(flags: Flags, model: ModelInfo | None, profile: str) -> list[
                 "audit",
                 f"--speculative-algorithm {alg} is not an algorithm SGLang knows",
                 "argparse accepts any name; the engine then fails at startup with "
-                f"'Unknown speculative algorithm name: {alg}'"
+                f"'{P.UNKNOWN_SPEC_ALGORITHM}: {alg}'"
                 + (". MTP is the model feature, not the algorithm's name" if name == "MTP" else ""),
                 fix,
                 "spec.unknown_algorithm",

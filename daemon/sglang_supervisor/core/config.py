@@ -34,6 +34,7 @@ from sglang_supervisor.core.address import AddressError, parse_address
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.group import GroupSettings
 from sglang_supervisor.engine.argv import MANAGED_FLAGS
+from sglang_supervisor.engine.sglang import NEWEST_KNOWN_VERSION
 
 ArgScalar = str | int | float | bool
 # A flag's value: true = bare flag, false/null = left out, a list = several values (nargs).
@@ -286,7 +287,8 @@ class EngineSettings(_ArgsAndEnv):
     @classmethod
     def _version_shape(cls, v: str) -> str:
         if v != "auto" and not VERSION.match(v):
-            raise FixableValueError(f"{v!r} is not a version", 'write "auto" or a release such as "0.5.23"')
+            raise FixableValueError(f"{v!r} is not a version",
+                                    f'write "auto" or a release such as "{NEWEST_KNOWN_VERSION}"')
         return v
 
     @field_validator("api_key_credential")

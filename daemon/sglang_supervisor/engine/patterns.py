@@ -62,8 +62,9 @@ LEGACY_KINDS = {
     "draft extend cuda": ("draft", "extend"),
 }
 PREFILL_DISABLED_KEY = "prefill CUDA graph"
+PREFILL_DISABLED_LINE = "Disable prefill CUDA graph because"  # every rank, from 0.5.14 (engine/graphs)
 PREFILL_DISABLED = re.compile(
-    r"(?:Disable prefill CUDA graph because (?P<reason>.*)"
+    "(?:" + PREFILL_DISABLED_LINE + r" (?P<reason>.*)"
     r"|Breakable CUDA graph is incompatible with (?P<incompat>.*?); disabling prefill CUDA graph)"
 )
 # tqdm frames redrawn with \r while loading and capturing.
@@ -163,12 +164,13 @@ CHAINED = ("During handling of the above exception", "The above exception was th
 
 CHILD_CRASHED = re.compile(r"Subprocess (?P<name>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
 
+UNKNOWN_SPEC_ALGORITHM = "Unknown speculative algorithm name"  # argparse accepts any name
 # (substring, class) checked in order on every line that can be an error; first match wins.
 SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: unrecognized arguments", FailureClass.UNKNOWN_FLAG),
     ("error: argument --", FailureClass.UNKNOWN_FLAG),
     ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
-    ("Unknown speculative algorithm name", FailureClass.UNKNOWN_FLAG),
+    (UNKNOWN_SPEC_ALGORITHM, FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
     # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
     # (`[Errno 98] error while attempting to bind on address (...): address already in use`),

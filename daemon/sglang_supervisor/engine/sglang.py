@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Literal
 
 from sglang_supervisor.engine.api import HEALTH_ROUTE
+from sglang_supervisor.engine.patterns import UNKNOWN_SPEC_ALGORITHM
 
 Severity = Literal["error", "warning"]
 
@@ -50,6 +51,10 @@ def parse_version(s: str) -> tuple[int, ...]:
     if not parts:
         raise ValueError(f"not a version: {s!r} (expected something like 0.5.23)")
     return tuple(parts)
+
+
+# The newest release with a flag catalogue (engine/catalog); test_engine_versions keeps it true.
+NEWEST_KNOWN_VERSION = "0.5.23"
 
 
 @lru_cache(maxsize=1)
@@ -553,7 +558,7 @@ def _version_problem(flag: str, item: _Item, version: str, target: FlagCatalog) 
                 flag,
                 "error",
                 f"--speculative-algorithm {item.values[0]} passes argparse but SGLang fails at "
-                f"startup: 'Unknown speculative algorithm name: {item.values[0]}'",
+                f"startup: '{UNKNOWN_SPEC_ALGORITHM}: {item.values[0]}'",
                 _UNKNOWN_SPEC_ALGORITHMS[algo],
             )
     if (

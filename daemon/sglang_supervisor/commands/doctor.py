@@ -39,7 +39,7 @@ from sglang_supervisor.engine.api import (
 from sglang_supervisor.engine.argv import parse_flags
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
-from sglang_supervisor.engine.sglang import flag_catalog, known_versions
+from sglang_supervisor.engine.sglang import ENCODER_BOOTSTRAP_PORT_DEFAULT, flag_catalog, known_versions
 from sglang_supervisor.shell import gpu, ports
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 
@@ -403,7 +403,7 @@ def _encoder_ports(config: Config, version: str) -> dict[int, str]:
     for p in config.profiles:
         flags = parse_flags(_written_args(config, p.name), catalog)
         if flags.on("--language-only"):
-            port = flags.int("--encoder-bootstrap-port", audit.ENCODER_BOOTSTRAP_PORT_DEFAULT)
+            port = flags.int("--encoder-bootstrap-port", ENCODER_BOOTSTRAP_PORT_DEFAULT)
             if port:
                 found[port] = f"encoder bootstrap (--language-only, profile {p.name})"
     return found

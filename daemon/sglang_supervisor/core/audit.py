@@ -14,12 +14,14 @@ from typing import Any, Literal
 
 from sglang_supervisor.core.gpufacts import GpuInfo, P2PLink
 from sglang_supervisor.engine import patterns as P
-from sglang_supervisor.engine.api import CUDA_GRAPH_PASSES, DECODE_EAGER_MODE
+from sglang_supervisor.engine.api import CUDA_GRAPH_PASSES, DECODE_EAGER_MODE, SERVER_INFO_SECRET_KEYS
 from sglang_supervisor.engine.argv import Flags, parse_flags
 from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.engine.modelinfo import ModelInfo
 from sglang_supervisor.engine.sglang import (
+    ENCODER_BOOTSTRAP_PORT_DEFAULT,
     PER_PHASE_GRAPHS,
+    SPEC_ALGORITHMS,
     SPEC_V2_DEFAULT_ON,
     SPEC_V2_IGNORED,
     FlagCatalog,
@@ -33,11 +35,6 @@ Area = Literal["host", "engine", "audit", "live"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info", "ok")
 AREAS: tuple[Area, ...] = ("host", "engine", "audit", "live")
 
-ENCODER_BOOTSTRAP_PORT_DEFAULT = 8997
-SPEC_ALGORITHMS = frozenset(
-    {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
-)
-SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -977,7 +974,8 @@ def redact_server_info(info: Mapping[str, Any]) -> dict[str, Any]:
 
     def scrub(obj: Any) -> Any:
         if isinstance(obj, Mapping):
-            return {k: ("<redacted>" if k in SECRET_KEYS and v else scrub(v)) for k, v in obj.items()}
+            return {k: ("<redacted>" if k in SERVER_INFO_SECRET_KEYS and v else scrub(v))
+                    for k, v in obj.items()}
         if isinstance(obj, list):
             return [scrub(x) for x in obj]
         return obj

@@ -19,6 +19,8 @@ METRICS_ROUTE = "/metrics"  # Prometheus text, only with --enable-metrics
 GET_LOAD_ROUTE = "/get_load"  # running and waiting requests per DP rank
 MODEL_INFO_ROUTE = "/model_info"
 SERVER_INFO_ROUTES = ("/server_info", "/get_server_info")  # resolved server args, preferred first
+# Fields of /server_info that hold secrets (redacted before anything shows them).
+SERVER_INFO_SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
 
 # Metric names (`sglang:` prefix; TP0 unless --enable-metrics-for-all-schedulers).
 CUDA_GRAPH_PASSES = "sglang:cuda_graph_passes_total"  # label mode, see below

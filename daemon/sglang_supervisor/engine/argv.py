@@ -19,6 +19,9 @@ from sglang_supervisor.engine.sglang import FlagCatalog
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 DP_FLAGS = ("--dp-size", "--data-parallel-size")
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")
+# SGLang logs a `Decode batch ... cuda graph: X` line every `--decode-log-interval` decode steps
+# (default 40), counted across requests.
+DEFAULT_DECODE_LOG_INTERVAL = 40
 _FALSE = frozenset({"false", "0", "no", "off"})
 # SGLang options (without `--`) that carry what the supervisor sets itself, by what they set: the
 # configuration refuses them in a profile's args (core/config), where they would fight the typed
@@ -116,3 +119,9 @@ def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
 def tp_size(argv: Sequence[str]) -> int:
     """GPUs per engine (tensor parallel size); 1 when absent or not a positive integer."""
     return max(1, parse_flags(argv).int_of(TP_FLAGS, 1))
+
+
+def decode_log_interval(argv: Sequence[str]) -> int:
+    """Decode steps between the engine's `Decode batch` lines (the monitor sizes its decode-mode
+    evidence probe by it); SGLang's default when absent or not a positive integer."""
+    return max(1, parse_flags(argv).int_of(("--decode-log-interval",), DEFAULT_DECODE_LOG_INTERVAL))

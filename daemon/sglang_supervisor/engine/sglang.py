@@ -674,6 +674,13 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
 # --------------------------------------------------------------------------------------------
 
 
+ENCODER_BOOTSTRAP_PORT_DEFAULT = 8997  # --language-only opens it (encoder/LLM disaggregation)
+# --speculative-algorithm names SGLang knows (argparse accepts any; the engine fails at startup).
+SPEC_ALGORITHMS = frozenset(
+    {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
+)
+
+
 def health_path(version: str) -> str:
     """`/health` runs a 1-token generation (about 1 s, 20 s timeout) on every known version."""
     del version  # same route on every known release; kept per-version for the callers' sake

@@ -85,7 +85,10 @@ from sglang_supervisor.core.regression import (
 )
 from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
 from sglang_supervisor.core.wedge import counters_grew
-from sglang_supervisor.engine.argv import flag_value, tp_size
+from sglang_supervisor.engine.argv import (
+    decode_log_interval,
+    tp_size,
+)
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.engine.graphs import expected_captures
 from sglang_supervisor.engine.sglang import clean_exit_codes, health_path
@@ -103,7 +106,7 @@ from sglang_supervisor.shell.grouplink import (
 )
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines, set_redactions
 from sglang_supervisor.shell.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
-from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL, ThroughputMonitor
+from sglang_supervisor.shell.monitor import ThroughputMonitor
 from sglang_supervisor.shell.notify import Notifier
 from sglang_supervisor.shell.probe import (
     ProbeResult,
@@ -155,16 +158,6 @@ class Prepared:
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
     gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
-
-
-def decode_log_interval(argv: Sequence[str]) -> int:
-    """Decode steps between the engine's `Decode batch` lines: the monitor sizes its decode-mode
-    evidence probe by it."""
-    raw = flag_value(argv, ("--decode-log-interval",))
-    try:
-        return max(1, int(raw)) if raw else DEFAULT_DECODE_LOG_INTERVAL
-    except ValueError:
-        return DEFAULT_DECODE_LOG_INTERVAL
 
 
 def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:

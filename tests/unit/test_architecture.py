@@ -85,7 +85,7 @@ from sglang_supervisor.engine import patterns as P  # noqa: E402  (the rule's da
 _VOCABULARY = frozenset({"prefill CUDA graph"})
 SGLANG_PHRASES = frozenset(
     p for p in (
-        *(key for key, _ in P.SIGNATURES), *P.CRASH_PREFIXES, *P.DRAIN_KEYS, *P.CHAINED,
+        *(key for key, _ in P.SIGNATURES), *P.CRASH_PREFIXES, *P.DRAIN_KEYS,
         *(getattr(P, n) for n in dir(P) if n.endswith(("_KEY", "_LINE")) and isinstance(getattr(P, n), str)),
         P.UNKNOWN_SPEC_ALGORITHM, P.SCHEDULER_COMM_PREFIX,
     )

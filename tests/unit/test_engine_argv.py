@@ -8,7 +8,6 @@ from sglang_supervisor.engine.argv import (
     DEFAULT_DECODE_LOG_INTERVAL,
     TP_FLAGS,
     decode_log_interval,
-    flag_value,
     parse_flags,
     tp_size,
 )
@@ -31,8 +30,8 @@ from sglang_supervisor.engine.sglang import flag_catalog
         ([], ("--port",), None),
     ],
 )
-def test_flag_value(argv: list[str], names: tuple[str, ...], expected: str | None) -> None:
-    assert flag_value(argv, names) == expected
+def test_the_value_of_an_option(argv: list[str], names: tuple[str, ...], expected: str | None) -> None:
+    assert parse_flags(argv).last(names) == expected
 
 
 @pytest.mark.parametrize(

@@ -111,11 +111,6 @@ def parse_flags(argv: Sequence[str], catalog: FlagCatalog | None = None) -> Flag
     return Flags({k: tuple(v) for k, v in out.items()}, tuple((str(n), v) for n, v in order))
 
 
-def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
-    """The value the engine sees for the option spelled `names` (None: absent or a bare switch)."""
-    return parse_flags(argv).last(names)
-
-
 def tp_size(argv: Sequence[str]) -> int:
     """GPUs per engine (tensor parallel size); 1 when absent or not a positive integer."""
     return max(1, parse_flags(argv).int_of(TP_FLAGS, 1))

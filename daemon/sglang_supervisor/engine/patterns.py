@@ -160,7 +160,6 @@ TP_EXCEPTIONS = ("Exception in run_tp_server:", "Exception in ModelTpServer:")
 EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Unsupported|CompilerFailed)(?:: |$)"
 )
-CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 CHILD_CRASHED = re.compile(r"Subprocess (?P<name>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
 

@@ -85,10 +85,7 @@ from sglang_supervisor.core.regression import (
 )
 from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
 from sglang_supervisor.core.wedge import counters_grew
-from sglang_supervisor.engine.argv import (
-    decode_log_interval,
-    tp_size,
-)
+from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.engine.graphs import expected_captures
 from sglang_supervisor.engine.sglang import clean_exit_codes, health_path

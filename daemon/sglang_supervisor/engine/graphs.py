@@ -294,14 +294,18 @@ class ExpectedCapture:
     ranks: tuple[str | None, ...]
 
 
+def rank_label(tp: int, tp_size: int, dp: int = 0, dp_size: int = 1) -> str | None:
+    """SGLang's scheduler log prefix of a rank (`TP1`, `DP0 TP1`); None where it prints none
+    (tp_size and dp_size 1). TP ranks are global across the nodes of a multi-node engine."""
+    parts = ([f"DP{dp}"] if dp_size > 1 else []) + ([f"TP{tp}"] if tp_size > 1 else [])
+    return " ".join(parts) or None
+
+
 def _rank_labels(tp_size: int, dp_size: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
     """(all ranks, rank 0 of each DP group) as the scheduler log prefixes."""
-    def label(dp: int, tp: int) -> str | None:
-        parts = ([f"DP{dp}"] if dp_size > 1 else []) + ([f"TP{tp}"] if tp_size > 1 else [])
-        return " ".join(parts) or None
-
-    everyone = tuple(label(d, t) for d in range(max(dp_size, 1)) for t in range(max(tp_size, 1)))
-    rank0 = tuple(label(d, 0) for d in range(max(dp_size, 1)))
+    dps = range(max(dp_size, 1))
+    everyone = tuple(rank_label(t, tp_size, d, dp_size) for d in dps for t in range(max(tp_size, 1)))
+    rank0 = tuple(rank_label(0, tp_size, d, dp_size) for d in dps)
     return everyone, rank0
 
 

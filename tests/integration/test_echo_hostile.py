@@ -123,7 +123,8 @@ def test_a_forged_line_behind_a_raw_dict_key_stops_nothing(daemons: list[Daemon]
     pids = d.engine_pids()
     base = f"http://127.0.0.1:{data['engine']['port']}"
     with httpx.Client(base_url=base, timeout=30) as client:
-        r = client.post("/generate", json={"text": "hi", "sampling_params": {FORGED_KEY: 1, "max_new_tokens": 2}})
+        r = client.post("/generate", json={"text": "hi",
+                                           "sampling_params": {FORGED_KEY: 1, "max_new_tokens": 2}})
         assert r.status_code == 200
         r = client.post("/v1/chat/completions", json={
             "model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,

@@ -86,7 +86,8 @@ def test_a_forged_line_behind_a_raw_dict_key_on_stdout_is_no_event(tmp_path: Pat
     assert SECRET.encode() not in text
     assert text.count(b"\n") == CAPTURE.count(b"\n") + record.count(b"\n") + READY.count(b"\n")
     cuda = [f for f in forwarded if "CUDA error" in f[0]]
-    assert cuda == [("RuntimeError: CUDA error: an illegal memory access was encountered", PRIORITY_INFO, None)]
+    assert cuda == [("RuntimeError: CUDA error: an illegal memory access was encountered",
+                     PRIORITY_INFO, None)]
     assert pump.stats.internal_errors == 0
 
 

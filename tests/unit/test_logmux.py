@@ -63,8 +63,8 @@ _OUT_TEXT = st.text(alphabet="123\n\r", max_size=60).map(str.encode)
 def _schedules(draw: st.DrawFn) -> tuple[bytes, bytes, list[tuple[str, int, int]]]:
     """Both streams' bytes, and an interleaving of reads (stream, cut), quiet spells and ends."""
     err, out = draw(_ERR_TEXT), draw(_OUT_TEXT)
-    cuts = {ERR: sorted(draw(st.sets(st.integers(0, len(err)), max_size=8))) + [len(err)],
-            OUT: sorted(draw(st.sets(st.integers(0, len(out)), max_size=8))) + [len(out)]}
+    cuts = {ERR: [*sorted(draw(st.sets(st.integers(0, len(err)), max_size=8))), len(err)],
+            OUT: [*sorted(draw(st.sets(st.integers(0, len(out)), max_size=8))), len(out)]}
     ops: list[tuple[str, int, int]] = []
     pending = {ERR: list(cuts[ERR]), OUT: list(cuts[OUT])}
     while pending[ERR] or pending[OUT]:

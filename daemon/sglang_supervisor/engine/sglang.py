@@ -670,6 +670,22 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
                 "remove it from the profile; use --disable-overlap-schedule for the synchronous path",
             )
         )
+    if "SGLANG_LOGGING_CONFIG_PATH" in out:
+        # SGLang then configures its loggers from that file instead of basicConfig (stderr). The
+        # supervisor takes the engine's own voice from stderr only: stdout carries the request
+        # records API users write into (docs/FAULTS.md), so a handler there would hide start-up
+        # progress, failures and the ready line, and no start would ever be seen to complete.
+        warnings.append(
+            FlagProblem(
+                "SGLANG_LOGGING_CONFIG_PATH",
+                "warning",
+                "SGLANG_LOGGING_CONFIG_PATH replaces SGLang's logging setup; the supervisor reads "
+                "SGLang's own log from the engine's stderr only (stdout holds request records, "
+                "which API users write into), so a handler on stdout hides the ready line and "
+                "every failure from it",
+                "keep SGLang's handlers on ext://sys.stderr in that file, or remove the variable",
+            )
+        )
     return EnvMigration(out, warnings)
 
 

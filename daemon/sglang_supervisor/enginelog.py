@@ -12,7 +12,7 @@ supervisor's own log (journald/stdout) through a bounded queue that drops, and c
 waits when stdout is slow. Forwarding works per read, not per line: a flood of engine output is one
 hand-over and one write per 64 KiB, so the supervisor keeps up with it instead of dropping most of it.
 
-Nothing here may stop reading the pipe: a full disk, a deleted log file or a stuck journald are
+Nothing here may stop reading either pipe: a full disk, a deleted log file or a stuck journald are
 counted, never raised. A full pipe would freeze SGLang mid-capture.
 """
 

@@ -132,3 +132,42 @@ def test_a_partial_line_of_a_stream_that_went_quiet_still_reaches_the_file(tmp_p
         return seen
 
     assert asyncio.run(main()) == b"[2026-11-29 08:07:55] Loading weights "
+
+
+def test_both_pipes_are_drained_under_a_flood_and_every_byte_is_kept(tmp_path: Path) -> None:
+    # Blocking writers on both pipes (as the engine's are): they finish only if the pump drains
+    # both; the file then holds each stream's lines whole.
+    out_lines = [f"[2026-12-01 10:00:00] INFO:     127.0.0.1:{i} - \"GET /health HTTP/1.1\" 200\n".encode()
+                 for i in range(30_000)]
+    err_lines = [f"[2026-12-01 10:00:00] Decode batch, #running-req: 1, #token: {i}, token usage: 0.00, "
+                 f"cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0\n".encode()
+                 for i in range(10_000)]
+
+    async def main() -> tuple[list[EngineEvent], EngineLogPump]:
+        loop = asyncio.get_running_loop()
+        err_r, err_w = os.pipe()
+        out_r, out_w = os.pipe()
+        events: list[EngineEvent] = []
+        done = asyncio.Event()
+        pump = EngineLogPump(err_r, loop=loop, log=RotatingByteLog(tmp_path / "engine.log", 64 << 20, 1),
+                             splitter=LineSplitter(), parser=LogParser("0.5.17"), echo_fd=out_r,
+                             echo_splitter=LineSplitter(), on_output=events.extend, on_eof=done.set)
+        pump.start()
+
+        def write_all(fd: int, lines: list[bytes], step: int) -> None:
+            for i in range(0, len(lines), step):  # odd-sized writes: lines cut across reads
+                os.write(fd, b"".join(lines[i:i + step]))
+            os.close(fd)
+
+        await asyncio.gather(asyncio.to_thread(write_all, out_w, out_lines, 7),
+                             asyncio.to_thread(write_all, err_w, err_lines, 3))
+        await asyncio.wait_for(done.wait(), 30)
+        assert pump.join(10)
+        return events, pump
+
+    events, pump = asyncio.run(main())
+    lines = (tmp_path / "engine.log").read_bytes().splitlines(keepends=True)
+    assert sorted(lines) == sorted(out_lines + err_lines)
+    assert [ln for ln in lines if b"Decode batch" in ln] == err_lines  # in order
+    assert sum(isinstance(e, DecodeStats) for e in events) == len(err_lines)
+    assert pump.stats.bytes == sum(map(len, out_lines)) + sum(map(len, err_lines))

@@ -683,8 +683,8 @@ class E2E:
     def hand_launch(self, cfg: dict[str, Any], pipe: bool = False, profile: str = "graphs",
                     log_name: str | None = None, runs: int | None = None) -> dict[str, Any]:
         """The same argv and environment the supervisor renders, started by hand."""
-        from sglang_supervisor.config import parse_config
-        from sglang_supervisor.profiles import render
+        from sglang_supervisor.core.config import parse_config
+        from sglang_supervisor.core.profiles import render
         cfg = json.loads(json.dumps(cfg))
         port = free_port()
         cfg["engine"]["port"] = port
@@ -933,8 +933,8 @@ class E2E:
                                     port=free_port(), metrics_port=free_port(), workdir=work, sim_env=sim_env,
                                     drop=self.seed_drop())
         numbers: dict[str, Any] = {"model_made": made, "adaptations": seedshape.adaptations(cfg)}
-        from sglang_supervisor.config import parse_config
-        from sglang_supervisor.profiles import render
+        from sglang_supervisor.core.config import parse_config
+        from sglang_supervisor.core.profiles import render
         parsed = parse_config(yaml.safe_dump(cfg), "seed.yaml")
         numbers["rendered"] = {p.name: render(parsed, p.name, SGLANG_VERSION, python=self.o.engine_python).argv[3:]
                                for p in parsed.profiles}

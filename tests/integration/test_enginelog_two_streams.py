@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.enginelog import PRIORITY_ERROR, PRIORITY_INFO, EngineLogPump, RotatingByteLog
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     DecodeStats,
     EngineCrashed,
@@ -21,7 +20,8 @@ from sglang_supervisor.events import (
     ServerReady,
     TracebackLine,
 )
-from sglang_supervisor.logwatch import LineSplitter, LogParser
+from sglang_supervisor.core.logwatch import LineSplitter, LogParser
+from sglang_supervisor.shell.enginelog import PRIORITY_ERROR, PRIORITY_INFO, EngineLogPump, RotatingByteLog
 from sglang_supervisor.simulator import reqlog
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.process import group_members
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.shell.process import group_members
 from supervised import Daemon, base_config, free_port, start
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_supervisor import logwatch
-from sglang_supervisor.events import CaptureBegan, CaptureEnded, EngineFailed
+from sglang_supervisor.core import logwatch
+from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.process import EngineProcess, engine_env, group_members
+from sglang_supervisor.shell.process import EngineProcess, engine_env, group_members
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,7 @@ def test_sigkilled_supervisor_leaves_no_orphan(tmp_path: Path) -> None:
     pidfile = tmp_path / "engine.pid"
     parent = textwrap.dedent(f"""
         import os, sys, time
-        from sglang_supervisor.process import EngineProcess
+        from sglang_supervisor.shell.process import EngineProcess
         p = EngineProcess.spawn(["sleep", "300"], dict(os.environ))
         open({str(pidfile)!r}, "w").write(str(p.pid))
         time.sleep(300)

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_supervisor import policy, state
 from sglang_supervisor.commands import tune
-from sglang_supervisor.config import load_config
-from sglang_supervisor.supervisor import policy_settings, prepare
+from sglang_supervisor.core import policy
+from sglang_supervisor.core.config import load_config
+from sglang_supervisor.shell import state
+from sglang_supervisor.shell.supervisor import policy_settings, prepare
 from tiers import require
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor.config import (
+from sglang_supervisor.core.config import (
     Config,
     ConfigError,
     ConfigProblem,
@@ -19,7 +19,7 @@ from sglang_supervisor.config import (
     load_config,
     parse_config,
 )
-from sglang_supervisor.events import FailureClass
+from sglang_supervisor.core.events import FailureClass
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "etc" / "sglang-supervisor" / "qwen.yaml"

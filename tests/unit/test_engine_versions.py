@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sglang_supervisor.core.events import CaptureEnded, PrefillGraphDisabled
 from sglang_supervisor.engine.sglang import (
     ExpectedCapture,
     clean_exit_codes,
@@ -12,7 +13,6 @@ from sglang_supervisor.engine.sglang import (
     readiness_path,
     server_info_paths,
 )
-from sglang_supervisor.events import CaptureEnded, PrefillGraphDisabled
 
 SEED = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2", "--mamba-scheduler-strategy", "extra_buffer",
         "--enforce-piecewise-cuda-graph", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_supervisor.engine.sglang import expected_captures, outstanding_captures
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     DecodeStats,
@@ -19,7 +18,8 @@ from sglang_supervisor.events import (
     ServerArgsSeen,
     ServerReady,
 )
-from sglang_supervisor.logwatch import parse_bytes, summarize
+from sglang_supervisor.core.logwatch import parse_bytes, summarize
+from sglang_supervisor.engine.sglang import expected_captures, outstanding_captures
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-seed"
 # What `render` wrote for `tuned` on 0.5.17 (TP 1 on the device), minus model/host/port.

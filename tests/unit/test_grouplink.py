@@ -6,10 +6,10 @@ import asyncio
 
 import httpx
 
-from sglang_supervisor.events import FailureClass
-from sglang_supervisor.group import GroupSettings, MemberFailed, Report, View, parse_view
-from sglang_supervisor.grouplink import LeaderLink, _NodeParser, local_capture_keys
-from sglang_supervisor.logwatch import LogParser
+from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.core.group import GroupSettings, MemberFailed, Report, View, parse_view
+from sglang_supervisor.core.logwatch import LogParser
+from sglang_supervisor.shell.grouplink import LeaderLink, _NodeParser, local_capture_keys
 
 SETTINGS = GroupSettings.model_validate({"nnodes": 2, "dist_init_addr": "127.0.0.1:5000",
                                          "link": "127.0.0.1:5001"})
@@ -76,7 +76,7 @@ def test_worker_progress_keeps_the_leaders_stall_timer_alive_once_per_change() -
 def test_the_groups_state_is_exported_for_prometheus() -> None:
     from prometheus_client import CollectorRegistry
 
-    from sglang_supervisor.grouplink import GroupCollector
+    from sglang_supervisor.shell.grouplink import GroupCollector
 
     link, _ = make_link()
     registry = CollectorRegistry()

@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor.logmux import LineMux
+from sglang_supervisor.core.logmux import LineMux
 
 ERR, OUT = 0, 1
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     CaptureProgress,
@@ -24,7 +24,7 @@ from sglang_supervisor.events import (
     ServerReady,
     TracebackLine,
 )
-from sglang_supervisor.logwatch import (
+from sglang_supervisor.core.logwatch import (
     MAX_LINE_BYTES,
     LineSplitter,
     LogParser,

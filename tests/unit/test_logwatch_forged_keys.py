@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from sglang_supervisor import cli
-from sglang_supervisor.events import DecodeStats, EngineFailed, ServerReady
-from sglang_supervisor.logwatch import parse_bytes
+from sglang_supervisor.core.events import DecodeStats, EngineFailed, ServerReady
+from sglang_supervisor.core.logwatch import parse_bytes
 from sglang_supervisor.simulator import reqlog
 
 NOW = 1796133196.0

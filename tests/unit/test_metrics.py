@@ -12,8 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor.gpu import GpuInfo, GpuProcess
-from sglang_supervisor.metrics import (
+from sglang_supervisor.shell.gpu import GpuInfo, GpuProcess
+from sglang_supervisor.shell.metrics import (
     RESTART_REASONS,
     GpuCollector,
     MetricsServer,
@@ -21,7 +21,7 @@ from sglang_supervisor.metrics import (
     SupervisorMetrics,
     parse_address,
 )
-from sglang_supervisor.probe import ProbeResult
+from sglang_supervisor.shell.probe import ProbeResult
 from tiers import require
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     DecodeStats,
@@ -16,8 +16,8 @@ from sglang_supervisor.events import (
     ServerReady,
     WeightsLoadBegan,
 )
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.policy import (
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.policy import (
     FAILURE_GRACE_TIMER,
     STALL_TIMER,
     STATUS_REFRESH_S,

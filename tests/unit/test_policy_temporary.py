@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     EngineFailed,
@@ -10,8 +10,8 @@ from sglang_supervisor.events import (
     HttpUp,
     ServerReady,
 )
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.policy import (
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.policy import (
     TEMPORARY_TIMER,
     Action,
     CancelTimer,

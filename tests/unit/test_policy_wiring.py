@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 
 from sglang_supervisor.commands.demo import demo_config_data
-from sglang_supervisor.config import default_demo_config_path, parse_config
-from sglang_supervisor.supervisor import capture_keys, flag_value, policy_settings, tp_size
+from sglang_supervisor.core.config import default_demo_config_path, parse_config
+from sglang_supervisor.shell.supervisor import capture_keys, flag_value, policy_settings, tp_size
 
 
 def test_flag_value_and_tp_size() -> None:

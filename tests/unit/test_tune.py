@@ -7,11 +7,12 @@ from pathlib import Path
 
 import yaml
 
-from sglang_supervisor import policy, state
 from sglang_supervisor.commands import tune
 from sglang_supervisor.commands.tune import TuneResult, format_table, rank
-from sglang_supervisor.config import load_config
-from sglang_supervisor.supervisor import policy_settings, prepare
+from sglang_supervisor.core import policy
+from sglang_supervisor.core.config import load_config
+from sglang_supervisor.shell import state
+from sglang_supervisor.shell.supervisor import policy_settings, prepare
 
 RESULTS = [
     TuneResult("tuned", False, None, 3.0, failure="capture_oom", detail="CUDA out of memory"),

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from sglang_supervisor.events import EngineFailed, FailureClass, ServerReady
-from sglang_supervisor.policy import (
+from sglang_supervisor.core.events import EngineFailed, FailureClass, ServerReady
+from sglang_supervisor.core.policy import (
     EngineExited,
     Launch,
     Launched,
@@ -21,8 +21,8 @@ from sglang_supervisor.policy import (
     Start,
     ladder_order,
 )
-from sglang_supervisor.state import State, with_bad, with_good
-from sglang_supervisor.wayback import Plan, Policy, backoff_s, is_transient, plan
+from sglang_supervisor.core.wayback import Plan, Policy, backoff_s, is_transient, plan
+from sglang_supervisor.shell.state import State, with_bad, with_good
 
 H = 3600.0
 DAY = 24 * H

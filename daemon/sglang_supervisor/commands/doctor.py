@@ -2,7 +2,7 @@
 
 This is the imperative shell around `audit` (pure rules): it reads the config, the model's
 config.json, NVML, /dev/shm, rlimits, ports and directories, asks the engine's interpreter for its
-sglang version and runs the real SGLang argument parser there (`sglang_argcheck.py`, a short
+sglang version and runs the real SGLang argument parser there (`engine/argcheck.py`, a short
 subprocess), then optionally reads a running server's /server_info and /metrics.
 
 Exit status: 0 when no finding is an error, 1 otherwise (warnings do not fail it).
@@ -27,16 +27,17 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor import audit, gpu, ports, profiles, unitview
-from sglang_supervisor.audit import Finding, HostFacts, ProfileView
-from sglang_supervisor.config import Config, ConfigError, effective_overlay, load_config, parse_address
+from sglang_supervisor.core import audit, profiles, unitview
+from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
+from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, load_config, parse_address
+from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
+from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.engine.sglang import flag_catalog, known_versions
-from sglang_supervisor.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
-from sglang_supervisor.engineinfo import detect_engine_version, engine_interpreter, is_simulator
-from sglang_supervisor.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
-from sglang_supervisor.process import engine_env
+from sglang_supervisor.shell import gpu, ports
+from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
+from sglang_supervisor.shell.process import engine_env
 
-ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "sglang_argcheck.py"
+ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "engine" / "argcheck.py"
 ARGCHECK_TIMEOUT_S = 120.0
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
@@ -77,7 +78,7 @@ def run_argcheck(
     timeout_s: float = ARGCHECK_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Run `sglang_argcheck.py` with `interpreter`: (its JSON answer, None) or (None, why not).
+    """Run `engine/argcheck.py` with `interpreter`: (its JSON answer, None) or (None, why not).
 
     `env`: the environment the engine itself gets (default: ours without systemd's variables).
     PYTHONPATH stays: where sglang is importable only through it, the engine imports it so too."""
@@ -167,7 +168,7 @@ def port_holder(config: Config, port: int, api_key: str | None) -> str | None:
 
 
 def _api_key_or_none(config: Config) -> str | None:
-    from sglang_supervisor.apikey import read_api_key  # noqa: PLC0415 (doctor's only other use is --url)
+    from sglang_supervisor.shell.apikey import read_api_key  # noqa: PLC0415 (doctor's only other use is --url)
 
     try:
         return read_api_key(config.engine)
@@ -783,7 +784,7 @@ def build_report(args: argparse.Namespace) -> Report:
         api_key: str | None = None
         if config is not None:
             try:
-                from sglang_supervisor.apikey import read_api_key  # noqa: PLC0415 (only for --url)
+                from sglang_supervisor.shell.apikey import read_api_key  # noqa: PLC0415 (only for --url)
 
                 api_key = read_api_key(config.engine)
             except ConfigError:

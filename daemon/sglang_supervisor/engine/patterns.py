@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from sglang_supervisor.events import FailureClass
+from sglang_supervisor.core.events import FailureClass
 
 # `[2026-05-01 12:00:00.123 DP0 TP1] msg`, `[12:00:00 TP0] msg` (2024 builds), `[2026-05-01 12:00:00] msg`.
 # The optional `   21.249 NL ` lead is the fixtures' *.timed.log annotation (seconds, line end).

@@ -18,7 +18,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureEnded,
     EngineEvent,
     GraphOwner,

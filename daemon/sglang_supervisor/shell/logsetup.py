@@ -36,8 +36,8 @@ from typing import IO, Any, Literal
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from sglang_supervisor.batchqueue import BatchQueue
-from sglang_supervisor.secretforms import expand
+from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.shell.batchqueue import BatchQueue
 
 LogFormat = Literal["auto", "journald", "json", "console"]
 ResolvedFormat = Literal["journald", "json", "console"]

@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sglang_supervisor.core.events import EngineEvent
+from sglang_supervisor.core.logwatch import MAX_LINE_BYTES, TRUNCATED_MARK, LogParser
 from sglang_supervisor.engine import patterns as P
-from sglang_supervisor.events import EngineEvent
-from sglang_supervisor.logwatch import MAX_LINE_BYTES, TRUNCATED_MARK, LogParser
 
 _ENDS = re.compile(rb"[\r\n]")
 # argparse's usage line, with or without a log header in front (a wrapper may add one).

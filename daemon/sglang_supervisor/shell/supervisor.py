@@ -23,30 +23,13 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor import gpu, ports, reloadplan, state, wayback
-from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
-from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
-from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
-from sglang_supervisor.enginehttp import EngineAnswerError
-from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
-from sglang_supervisor.events import CaptureEnded, DecodeStats, EngineEvent
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.fleet import GatewayAgent, read_gateway_key
-from sglang_supervisor.group import MemberFailed, View
-from sglang_supervisor.grouplink import (
-    MEMBER_FAILED_DRAIN_S,
-    GroupCollector,
-    LeaderLink,
-    local_capture_keys,
-    member_failure_line,
-)
-from sglang_supervisor.logsetup import EngineLine, log_engine_lines, set_redactions
-from sglang_supervisor.logwatch import LineSplitter, LogParser
-from sglang_supervisor.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
-from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL, ThroughputMonitor
-from sglang_supervisor.notify import Notifier
-from sglang_supervisor.policy import (
+from sglang_supervisor.core import reloadplan, wayback
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.group import MemberFailed, View
+from sglang_supervisor.core.logwatch import LineSplitter, LogParser
+from sglang_supervisor.core.policy import (
     UP_PHASES,
     Action,
     CancelTimer,
@@ -86,30 +69,48 @@ from sglang_supervisor.policy import (
     TimerFired,
     WaitTemporary,
 )
-from sglang_supervisor.probe import (
-    ProbeResult,
-    check_health,
-    decode_counters,
-    engine_load,
-    read_engine_metrics,
-)
-from sglang_supervisor.process import EngineProcess, engine_env, venv_bin_dir
-from sglang_supervisor.profiles import (
+from sglang_supervisor.core.profiles import (
     RenderedCommand,
     config_problems,
     default_secret_config_path,
     render,
 )
-from sglang_supervisor.reaper import Reaper
-from sglang_supervisor.regression import (
+from sglang_supervisor.core.regression import (
     Decision,
     KeepFaster,
     RestartSame,
     RetryPrimary,
     TryNextProfile,
 )
-from sglang_supervisor.rotation import Verdict, liveness, planned, readiness
-from sglang_supervisor.wedge import counters_grew
+from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
+from sglang_supervisor.core.wedge import counters_grew
+from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
+from sglang_supervisor.shell import gpu, ports, state
+from sglang_supervisor.shell.apikey import read_api_key, remove_secret_config, write_secret_config
+from sglang_supervisor.shell.enginehttp import EngineAnswerError
+from sglang_supervisor.shell.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
+from sglang_supervisor.shell.fleet import GatewayAgent, read_gateway_key
+from sglang_supervisor.shell.grouplink import (
+    MEMBER_FAILED_DRAIN_S,
+    GroupCollector,
+    LeaderLink,
+    local_capture_keys,
+    member_failure_line,
+)
+from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines, set_redactions
+from sglang_supervisor.shell.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
+from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL, ThroughputMonitor
+from sglang_supervisor.shell.notify import Notifier
+from sglang_supervisor.shell.probe import (
+    ProbeResult,
+    check_health,
+    decode_counters,
+    engine_load,
+    read_engine_metrics,
+)
+from sglang_supervisor.shell.process import EngineProcess, engine_env, venv_bin_dir
+from sglang_supervisor.shell.reaper import Reaper
 
 log = structlog.get_logger("sglang_supervisor")
 

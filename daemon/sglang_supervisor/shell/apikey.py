@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from sglang_supervisor.config import ConfigError, ConfigProblem, EngineSettings
-from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
+from sglang_supervisor.core.config import ConfigError, ConfigProblem, EngineSettings
+from sglang_supervisor.core.secretforms import KEY_FIX, api_key_problem
 
 CREDENTIALS_ENV = "CREDENTIALS_DIRECTORY"
 

@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_supervisor.engine import patterns as P
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     CaptureProgress,
@@ -38,8 +37,9 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
-from sglang_supervisor.logframing import unframe
-from sglang_supervisor.secretforms import expand
+from sglang_supervisor.core.logframing import unframe
+from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.engine import patterns as P
 
 MAX_LINE_BYTES = 64 * 1024
 TRUNCATED_MARK = " [...line cut by sglang-supervisor]"

@@ -16,8 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sglang_supervisor.apikey import read_api_key
-from sglang_supervisor.config import (
+from sglang_supervisor.core.config import (
     ArgValue,
     Config,
     ConfigError,
@@ -25,9 +24,10 @@ from sglang_supervisor.config import (
     did_you_mean,
     effective_overlay,
 )
+from sglang_supervisor.core.group import group_flags
+from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, migrate_args, migrate_env
-from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.group import group_flags
+from sglang_supervisor.shell.apikey import read_api_key
 
 __all__ = [
     "RenderedCommand",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     DecodeStats,
@@ -35,8 +35,8 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.wedge import Check, Tally, Verdict, judge
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.wedge import Check, Tally, Verdict, judge
 
 
 class Phase(str, Enum):

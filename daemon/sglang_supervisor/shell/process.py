@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sglang_supervisor.notify import clean_child_env
+from sglang_supervisor.shell.notify import clean_child_env
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

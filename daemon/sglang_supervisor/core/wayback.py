@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sglang_supervisor.events import FailureClass
+from sglang_supervisor.core.events import FailureClass
 
 # Failures the same command repeats on the same machine (another try only costs a start).
 DETERMINISTIC = frozenset({

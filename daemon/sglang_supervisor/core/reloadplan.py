@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_supervisor.config import Config
+from sglang_supervisor.core.config import Config
 
 FIXED_FOR_THE_RUN: Mapping[str, str] = {
     "name": "it names the state file, the metrics labels and the secret file",

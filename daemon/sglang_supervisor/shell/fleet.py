@@ -24,16 +24,16 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from sglang_supervisor.config import GatewaySettings
-from sglang_supervisor.gateway import PROBLEMS, GatewayAnswer, GatewayClient
-from sglang_supervisor.rotation import (
+from sglang_supervisor.core.config import GatewaySettings
+from sglang_supervisor.core.rotation import (
     Registration,
     advertise_problem,
     backoff_s,
     drained,
     parse_registration,
 )
-from sglang_supervisor.secretforms import KEY_FIX, api_key_problem
+from sglang_supervisor.core.secretforms import KEY_FIX, api_key_problem
+from sglang_supervisor.shell.gateway import PROBLEMS, GatewayAnswer, GatewayClient
 
 log = structlog.get_logger("sglang_supervisor")
 

@@ -13,13 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sglang_supervisor.engine.sglang import FlagCatalog, FlagProblem, Migration, parse_version
-from sglang_supervisor.gpu import GpuInfo, P2PLink
-from sglang_supervisor.modelinfo import (
+from sglang_supervisor.engine.modelinfo import (
     SGLANG_MM_PIECEWISE_GRAPH_ARCHS,
     SGLANG_PREFILL_GRAPH_DISABLED_ARCHS,
     ModelInfo,
 )
+from sglang_supervisor.engine.sglang import FlagCatalog, FlagProblem, Migration, parse_version
+from sglang_supervisor.shell.gpu import GpuInfo, P2PLink
 
 Severity = Literal["error", "warning", "info", "ok"]
 Area = Literal["host", "engine", "audit", "live"]
@@ -923,7 +923,7 @@ def migration_findings(profile: str, version: str, migrations: Iterable[Migratio
 
 
 def parser_findings(profile: str, result: Mapping[str, Any] | None, version: str | None) -> list[Finding]:
-    """One profile's verdict from `sglang_argcheck` (the real parser in the engine's interpreter)."""
+    """One profile's verdict from `engine/argcheck.py` (the real parser in the engine's interpreter)."""
     if result is None:
         return []
     out: list[Finding] = []

@@ -37,18 +37,16 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sglang_supervisor.apikey import remove_secret_config, write_secret_config
-from sglang_supervisor.config import Config
-from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
-from sglang_supervisor.events import (
+from sglang_supervisor.core.config import Config
+from sglang_supervisor.core.events import (
     CaptureEnded,
     EngineEvent,
     EngineFailed,
     FailureClass,
     PrefillGraphDisabled,
 )
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.group import (
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.group import (
     MAX_REPORT_BYTES,
     MAX_VIEW_BYTES,
     ExitGroup,
@@ -67,12 +65,14 @@ from sglang_supervisor.group import (
     split_address,
     worker_decide,
 )
-from sglang_supervisor.logsetup import EngineLine, log_engine_lines
-from sglang_supervisor.logwatch import LineSplitter, LogParser
-from sglang_supervisor.notify import Notifier
-from sglang_supervisor.policy import CaptureKey, classify_failure
-from sglang_supervisor.process import EngineProcess, engine_env
-from sglang_supervisor.profiles import default_secret_config_path
+from sglang_supervisor.core.logwatch import LineSplitter, LogParser
+from sglang_supervisor.core.policy import CaptureKey, classify_failure
+from sglang_supervisor.core.profiles import default_secret_config_path
+from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
+from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
+from sglang_supervisor.shell.notify import Notifier
+from sglang_supervisor.shell.process import EngineProcess, engine_env
 
 log = structlog.get_logger("sglang_supervisor")
 

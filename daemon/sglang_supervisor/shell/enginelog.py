@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sglang_supervisor.batchqueue import BatchQueue
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureProgress,
     DeprecatedFlag,
     EngineCrashed,
@@ -39,8 +38,9 @@ from sglang_supervisor.events import (
     EngineFailed,
     TracebackLine,
 )
-from sglang_supervisor.logmux import LineMux
-from sglang_supervisor.secretforms import expand
+from sglang_supervisor.core.logmux import LineMux
+from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.shell.batchqueue import BatchQueue
 
 READ_SIZE = 64 * 1024
 REDACTED = b"***"

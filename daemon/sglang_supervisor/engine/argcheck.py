@@ -19,7 +19,7 @@ import os
 import sys
 
 # Run as a script, Python puts this file's folder first on sys.path, and our package's modules
-# (config.py, state.py, metrics.py, engine/...) would shadow third-party ones that sglang or its
+# (sglang.py beside this file above all) would shadow third-party ones that sglang or its
 # dependencies import by the same top-level name. (No module here shadows the stdlib any more:
 # tests/unit/test_module_names.py keeps it so; the third-party names cannot be ruled out.)
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sglang_supervisor.events import FailureClass
+from sglang_supervisor.core.events import FailureClass
 
 NODE_RANK_ENV = "SGLANG_SUPERVISOR_NODE_RANK"  # overrides group.node_rank (LeaderWorkerSet)
 MAX_REPORT_BYTES = 4096  # a worker's report is a few hundred bytes; more is not a report

@@ -30,8 +30,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from sglang_supervisor.events import FailureClass
-from sglang_supervisor.group import GroupSettings
+from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.core.group import GroupSettings
 
 ArgScalar = str | int | float | bool
 # A flag's value: true = bare flag, false/null = left out, a list = several values (nargs).

@@ -20,19 +20,8 @@ from typing import Any, Protocol
 import httpx
 import structlog
 
-from sglang_supervisor import gpu
-from sglang_supervisor.events import DecodeStats, EngineEvent
-from sglang_supervisor.metrics import SupervisorMetrics
-from sglang_supervisor.probe import (
-    EngineMetrics,
-    ProbeResult,
-    ProbeShape,
-    engine_metrics,
-    make_shape,
-    probe_once,
-    read_get_load,
-)
-from sglang_supervisor.regression import (
+from sglang_supervisor.core.events import DecodeStats, EngineEvent
+from sglang_supervisor.core.regression import (
     Decision,
     Evaluation,
     Explained,
@@ -48,6 +37,17 @@ from sglang_supervisor.regression import (
     decision_name,
     evaluate,
     updated_baseline,
+)
+from sglang_supervisor.shell import gpu
+from sglang_supervisor.shell.metrics import SupervisorMetrics
+from sglang_supervisor.shell.probe import (
+    EngineMetrics,
+    ProbeResult,
+    ProbeShape,
+    engine_metrics,
+    make_shape,
+    probe_once,
+    read_get_load,
 )
 
 log = structlog.get_logger(__name__)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor.enginehttp import (
+from sglang_supervisor.shell.enginehttp import (
     MAX_ERROR_BODY_BYTES,
     MAX_METRICS_BYTES,
     EngineAnswerError,

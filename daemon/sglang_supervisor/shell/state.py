@@ -32,7 +32,7 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("sglang_supervisor.state")
+log = structlog.get_logger("sglang_supervisor.shell.state")
 
 STATE_FILE = "state.json"  # before per-model files: read once to seed a model's own file
 SCHEMA_VERSION = 1

@@ -27,15 +27,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from sglang_supervisor import gpu
-from sglang_supervisor.events import FailureClass
-from sglang_supervisor.policy import (
+from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.core.policy import (
     CONFIG_FAILURES,
     RESTART_REGRESSION,
     RESTART_RELOAD,
 )
-from sglang_supervisor.probe import ProbeResult
-from sglang_supervisor.regression import DECISION_NAMES, Reason
+from sglang_supervisor.core.regression import DECISION_NAMES, Reason
+from sglang_supervisor.shell import gpu
+from sglang_supervisor.shell.probe import ProbeResult
 
 log = structlog.get_logger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import sdnotify
 import structlog
 
-log = structlog.get_logger("sglang_supervisor.notify")
+log = structlog.get_logger("sglang_supervisor.shell.notify")
 
 # What systemd hands *us*. The engine must never see these: with NotifyAccess=all a stray
 # READY=1 from SGLang (or a library it loads) would lie to systemd, and LISTEN_FDS would make

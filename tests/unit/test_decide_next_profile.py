@@ -25,7 +25,10 @@ from sglang_supervisor.core.failover import (
     NextProfile,
     RetrySame,
     WaitThenSame,
+    corroborated,
     decide_next_profile,
+    ladder_order,
+    skipped_known_bad,
 )
 from sglang_supervisor.core.inputs import EngineExited, Launched, Settings, Start, TimerFired
 from sglang_supervisor.core.lifecycle import Lifecycle
@@ -152,3 +155,54 @@ def test_the_lifecycle_exits_as_decided(failure: FailureClass, rules: dict[str, 
     relaunched = [a.profile for a in acts if isinstance(a, Launch)]
     assert exits == ([] if code is None else [code])
     assert relaunched == ([] if code is not None else ["low-mem"])
+
+
+# Which failure lines count: a line can be text a user sent, so the classes that end the service
+# (78, 75) count only when what the engine did fits them.
+CORROBORATION_ROWS = [
+    # (case, class, returncode, after_ready, launching, counts)
+    ("argparse's exit status 2 confirms an unknown flag", FC.UNKNOWN_FLAG, 2, False, False, True),
+    ("an unknown flag before any weight loaded (still launching)", FC.UNKNOWN_FLAG, 1, False, True, True),
+    ("an unknown-flag line while loading, exit 1: an echoed prompt, not argparse",
+     FC.UNKNOWN_FLAG, 1, False, False, False),
+    ("an unknown-flag line after READY explains nothing", FC.UNKNOWN_FLAG, 2, True, False, False),
+    ("a port that cannot be bound ends the engine before READY", FC.PORT_IN_USE, 1, False, False, True),
+    ("a port-in-use line after READY explains nothing", FC.PORT_IN_USE, -9, True, False, False),
+    ("a capture OOM counts whatever the exit", FC.CAPTURE_OOM, -9, False, False, True),
+    ("a CUDA error after READY counts (it is a crash)", FC.CUDA_ERROR, -6, True, False, True),
+]
+
+
+@pytest.mark.parametrize(("case", "failure", "rc", "after_ready", "launching", "counts"),
+                         CORROBORATION_ROWS, ids=[r[0] for r in CORROBORATION_ROWS])
+def test_corroborated(case: str, failure: FailureClass, rc: int, after_ready: bool, launching: bool,
+                      counts: bool) -> None:
+    line = EngineFailed(12, "TP0", failure, "the line")
+    kept, dropped = corroborated([line], returncode=rc, after_ready=after_ready, launching=launching)
+    assert (kept, dropped) == (([line], []) if counts else ([], [line]))
+
+
+LADDER_ROWS = [
+    # (case, last_good, probation, known_bad, retry_known_bad, order, skipped)
+    ("a fresh machine: configuration order", None, None, {}, False, ORDER, {}),
+    ("the last good profile first", "low-mem", None, {}, False,
+     ("low-mem", "tuned", "no-prefill-graph", "no-spec", "eager"), {}),
+    ("a profile on probation before the last good one", "low-mem", "tuned", {}, False,
+     ("tuned", "low-mem", "no-prefill-graph", "no-spec", "eager"), {}),
+    ("a last good profile no longer configured changes nothing", "gone", None, {}, False, ORDER, {}),
+    ("known-bad profiles are skipped", None, None, {"tuned": "capture_oom"}, False, ORDER,
+     {"tuned": "capture_oom"}),
+    ("--retry-known-bad skips none", None, None, {"tuned": "capture_oom"}, True, ORDER, {}),
+    ("every profile known bad: none skipped (else the service could never start)", None, None,
+     dict.fromkeys(ORDER, "hang"), False, ORDER, {}),
+]
+
+
+@pytest.mark.parametrize(("case", "last_good", "probation", "known_bad", "retry", "order", "skipped"),
+                         LADDER_ROWS, ids=[r[0] for r in LADDER_ROWS])
+def test_ladder(case: str, last_good: str | None, probation: str | None, known_bad: dict[str, str],
+                retry: bool, order: tuple[str, ...], skipped: dict[str, str]) -> None:
+    s = Settings(profiles=ORDER, last_good=last_good, probation=probation, known_bad=known_bad,
+                 retry_known_bad=retry)
+    assert ladder_order(s) == order
+    assert skipped_known_bad(s) == skipped

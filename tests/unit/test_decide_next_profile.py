@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglang_supervisor.core.actions import Exit, Launch
-from sglang_supervisor.core.config import load_config
+from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import EngineFailed, FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import (
@@ -43,7 +43,7 @@ QWEN_LADDER = Ladder(order=ORDER, remediation=RULES)
 
 
 def test_the_table_uses_the_shipped_example() -> None:
-    config = load_config(QWEN)
+    config = parse_config(QWEN.read_text(), str(QWEN))
     assert tuple(config.profile_names) == ORDER and config.remediation == RULES
 
 

@@ -317,9 +317,10 @@ class WorkerNode:
 
         eng_box: list[_LocalEngine] = []
         pump = EngineLogPump(
-            proc.stdout_fd, loop=loop,
+            proc.stderr_fd, loop=loop,
             log=RotatingByteLog(ecfg.log_file, ecfg.log_max_bytes, ecfg.log_backups),
             splitter=LineSplitter(), parser=parser,
+            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self._on_output(eng_box[0], events) if eng_box else None,
             on_eof=lambda: None, secrets=secrets_,
             forward_batch=forward if self.config.logging.forward_engine_output else None,

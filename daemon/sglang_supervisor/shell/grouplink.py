@@ -46,6 +46,7 @@ from sglang_supervisor.core.events import (
     PrefillGraphDisabled,
 )
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.failover import classify_failure
 from sglang_supervisor.core.group import (
     MAX_REPORT_BYTES,
     MAX_VIEW_BYTES,
@@ -66,8 +67,8 @@ from sglang_supervisor.core.group import (
     worker_decide,
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
-from sglang_supervisor.core.policy import CaptureKey, classify_failure
 from sglang_supervisor.core.profiles import default_secret_config_path
+from sglang_supervisor.core.readiness import CaptureKey
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_supervisor.core import lifecycle
 from sglang_supervisor.core.events import EngineFailed, FailureClass
 from sglang_supervisor.core.failures import FAILURE_RANK, GENERIC_FAILURES, classify_failure, root_of
 from sglang_supervisor.core.logwatch import parse_lines, root_failure, summarize
-from sglang_supervisor.core.policy import classify_failure as policy_classify_failure
 
 F = FailureClass
 
@@ -75,8 +75,8 @@ def test_classify_failure(rc: int, classes: tuple[FailureClass, ...], verdict: F
     assert classify_failure(rc, fails(*classes), verdict, after_ready=after_ready) is expected
 
 
-def test_policy_decides_with_the_same_function() -> None:
-    assert policy_classify_failure is classify_failure
+def test_the_lifecycle_decides_with_the_same_function() -> None:
+    assert lifecycle.classify_failure is classify_failure
 
 
 def test_every_class_the_engine_prints_is_ranked_and_generic_is_the_tail() -> None:

@@ -67,8 +67,8 @@ from sglang_supervisor.core.group import (
     worker_decide,
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
-from sglang_supervisor.core.policy import CaptureKey
 from sglang_supervisor.core.profiles import default_secret_config_path
+from sglang_supervisor.core.readiness import CaptureKey
 from sglang_supervisor.engine import patterns as P
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
@@ -314,9 +314,10 @@ class WorkerNode:
 
         eng_box: list[_LocalEngine] = []
         pump = EngineLogPump(
-            proc.stdout_fd, loop=loop,
+            proc.stderr_fd, loop=loop,
             log=RotatingByteLog(ecfg.log_file, ecfg.log_max_bytes, ecfg.log_backups),
             splitter=LineSplitter(), parser=parser,
+            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self._on_output(eng_box[0], events) if eng_box else None,
             on_eof=lambda: None, secrets=secrets_,
             forward_batch=forward if self.config.logging.forward_engine_output else None,

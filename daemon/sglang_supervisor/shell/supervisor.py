@@ -782,10 +782,11 @@ class Supervisor:
             log_engine_lines(lines, max_priority=forward_max)
 
         pump = EngineLogPump(
-            proc.stdout_fd, loop=self._loop,
+            proc.stderr_fd, loop=self._loop,
             log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
                                 on_state=self._log_state_threadsafe),
             splitter=LineSplitter(), parser=LogParser(self.prep.version, secrets),
+            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self._on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
             forward_batch=forward if self.config.logging.forward_engine_output else None,

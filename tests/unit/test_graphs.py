@@ -51,6 +51,9 @@ def caps(args: list[str], version: str, tp: int) -> list[tuple[str, str, tuple[s
         (["--enable-kv-cache-sharding", "--cuda-graph-backend-prefill", "breakable"], "0.5.23", 1,
          [("target", "decode", ONE)]),
         (["--deepep-mode", "normal"], "0.5.23", 1, []),
+        (["--moe-a2a-backend", "deepep_v2", "--cuda-graph-backend-prefill", "breakable"], "0.5.23", 1,
+         [("target", "decode", ONE)]),  # ignores the lock (moe_hook.py)
+        (["--enable-kv-cache-sharding", *NEXTN3], "0.5.23", 1, []),  # no shard plan for spec graphs
         # the JSON config outranks the per-phase flags
         (["--cuda-graph-config", '{"prefill": {"backend": "disabled"}}', "--cuda-graph-backend-prefill",
           "breakable"], "0.5.23", 1, [("target", "decode", ONE)]),
@@ -93,7 +96,8 @@ COMMANDS = [
     ["--disable-prefill-cuda-graph"], ["--cuda-graph-backend-prefill", "disabled"],
     ["--cuda-graph-backend-prefill", "breakable", "--pp-size", "2"], ["--enable-lora"],
     ["--enable-dp-attention"], ["--enforce-piecewise-cuda-graph"], ["--disable-piecewise-cuda-graph"],
-    ["--cuda-graph-backend-decode", "disabled"], NEXTN3,
+    ["--cuda-graph-backend-decode", "disabled"], NEXTN3, ["--enable-kv-cache-sharding", *NEXTN3],
+    ["--moe-a2a-backend", "deepep_v2"],
 ]
 VERSIONS = ["0.5.13", "0.5.14", "0.5.17", "0.5.19", "0.5.20", "0.5.22", "0.5.23"]
 

@@ -93,6 +93,15 @@ def _decode(flags: Flags) -> PhaseVerdict:
             ("--deepep-mode normal disables both graph phases",),
             "use --deepep-mode auto or low_latency",
         )
+    if flags.on("--enable-kv-cache-sharding") and flags.get("--speculative-algorithm") is not None:
+        # kv_shard_hook.py (0.5.23): speculative graph capture has no shard plan.
+        return PhaseVerdict(
+            "decode",
+            False,
+            None,
+            ("--enable-kv-cache-sharding with speculative decoding",),
+            "drop --enable-kv-cache-sharding or the speculative algorithm",
+        )
     if backend == "disabled":
         return PhaseVerdict(
             "decode",
@@ -151,6 +160,8 @@ def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdic
         hard.append("--deepep-mode normal disables both graph phases")
     if flags.on("--enable-kv-cache-sharding"):
         hard.append("--enable-kv-cache-sharding")
+    if flags.get("--moe-a2a-backend") == "deepep_v2":  # moe_hook.py: its prefill is not capturable
+        hard.append("--moe-a2a-backend deepep_v2")
     if hard:
         return PhaseVerdict("prefill", False, None, tuple(hard), "drop " + " and ".join(hard))
     soft: list[str] = []

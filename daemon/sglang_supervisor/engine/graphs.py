@@ -16,6 +16,9 @@ and the 0.5.14 wheel's server_args.py `_parse_cuda_graph_config` / `_apply_cuda_
   tc_piecewise on 0.5.14 (off by the same rule list as <=0.5.13) and breakable from 0.5.15 (off
   by the breakable rules). Every rank then logs either its prefill capture or
   `Disable prefill CUDA graph because ...`, which settles a prefill capture the gate expected.
+
+`_prefill` (~75 lines) is SGLang's precedence cascade in its order, in one place: split, the
+order that is the rule would no longer be readable.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from sglang_supervisor.core.config import default_demo_config_path, parse_config
 from sglang_supervisor.core.events import ServerReady
 from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start
 from sglang_supervisor.core.phases import Phase
-from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL
+from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell.process import StopResult
 from sglang_supervisor.shell.supervisor import (
     Options,

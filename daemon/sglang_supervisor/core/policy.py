@@ -27,16 +27,14 @@ from sglang_supervisor.core.actions import (
     WaitTemporary,
 )
 from sglang_supervisor.core.failover import (
-    ARGPARSE_EXIT,
     CONFIG_FAILURES,
-    GENERIC_FAILURES,
     TEMPORARY_FAILURES,
     choose_next,
-    classify_failure,
     corroborated,
     ladder_order,
     skipped_known_bad,
 )
+from sglang_supervisor.core.failures import ARGPARSE_EXIT, GENERIC_FAILURES, classify_failure
 from sglang_supervisor.core.inputs import (
     FAILURE_GRACE_TIMER,
     STALL_TIMER,

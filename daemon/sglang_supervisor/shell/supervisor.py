@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ import httpx
 import structlog
 
 from sglang_supervisor.core import reloadplan, wayback
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -84,8 +85,10 @@ from sglang_supervisor.core.regression import (
 )
 from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
 from sglang_supervisor.core.wedge import counters_grew
+from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.engine.sglang import clean_exit_codes, expected_captures, health_path
+from sglang_supervisor.engine.graphs import expected_captures
+from sglang_supervisor.engine.sglang import clean_exit_codes, health_path
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import read_api_key, remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginehttp import EngineAnswerError
@@ -100,7 +103,7 @@ from sglang_supervisor.shell.grouplink import (
 )
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines, set_redactions
 from sglang_supervisor.shell.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
-from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL, ThroughputMonitor
+from sglang_supervisor.shell.monitor import ThroughputMonitor
 from sglang_supervisor.shell.notify import Notifier
 from sglang_supervisor.shell.probe import (
     ProbeResult,
@@ -109,7 +112,7 @@ from sglang_supervisor.shell.probe import (
     engine_load,
     read_engine_metrics,
 )
-from sglang_supervisor.shell.process import EngineProcess, engine_env, venv_bin_dir
+from sglang_supervisor.shell.process import EngineProcess, venv_bin_dir
 from sglang_supervisor.shell.reaper import Reaper
 
 log = structlog.get_logger("sglang_supervisor")
@@ -141,9 +144,6 @@ PHASE_TO_METRIC = {
     Phase.STOPPING: "stopping", Phase.STOPPED: "stopped", Phase.FAILED: "failed",
 }
 
-_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
-
-
 # ----------------------------------------------------------------------------- preflight (pure-ish)
 
 @dataclass(frozen=True)
@@ -155,34 +155,6 @@ class Prepared:
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
     gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
-
-
-def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
-    names = tuple(names)
-    value: str | None = None
-    for i, tok in enumerate(argv):
-        name, eq, inline = tok.partition("=")
-        if name in names:
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
-
-
-def tp_size(argv: Sequence[str]) -> int:
-    raw = flag_value(argv, _TP_FLAGS)
-    try:
-        return max(1, int(raw)) if raw else 1
-    except ValueError:
-        return 1
-
-
-def decode_log_interval(argv: Sequence[str]) -> int:
-    """Decode steps between the engine's `Decode batch` lines: the monitor sizes its decode-mode
-    evidence probe by it."""
-    raw = flag_value(argv, ("--decode-log-interval",))
-    try:
-        return max(1, int(raw)) if raw else DEFAULT_DECODE_LOG_INTERVAL
-    except ValueError:
-        return DEFAULT_DECODE_LOG_INTERVAL
 
 
 def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:

@@ -244,6 +244,23 @@ class LogParser:
             ev = self._capture(msg, rank, line_no)
             if ev is not None:
                 return [ev]
+        tb = self._traceback(msg, rank, line_no)
+        if tb is not None:
+            return tb
+        if msg.startswith(P.CRASH_PREFIXES) or P.CHILD_CRASHED.match(msg):
+            return self._crash(msg, rank, line_no)
+        for key in P.DRAIN_KEYS:
+            if key in msg:
+                self._draining = True
+                return [Draining(line_no, rank)]
+        if msg.startswith(P.SERVER_ARGS_KEY):
+            return [ServerArgsSeen(line_no, rank, parse_server_args(msg, self._secrets))]
+        milestone = self._milestone(msg, rank, line_no)
+        return milestone if milestone is not None else self._signature(msg, rank, line_no)
+
+    def _traceback(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent] | None:
+        """A traceback's first line opens a block (closing the one before); an exception line
+        opens one too when none is open. None: not a traceback line."""
         tp_exception = msg.startswith(P.TP_EXCEPTIONS)
         if msg.startswith((P.SCHEDULER_EXCEPTION, P.TRACEBACK_START)) or tp_exception:
             if self._block is not None and msg.startswith(P.TRACEBACK_START):
@@ -260,14 +277,11 @@ class LogParser:
                                      request=self._request_error_at == line_no - 1)
             self._scan_block_line(msg, line_no)
             return [TracebackLine(line_no, rank, self._redact(msg))]
-        if msg.startswith(P.CRASH_PREFIXES) or P.CHILD_CRASHED.match(msg):
-            return self._crash(msg, rank, line_no)
-        for key in P.DRAIN_KEYS:
-            if key in msg:
-                self._draining = True
-                return [Draining(line_no, rank)]
-        if msg.startswith(P.SERVER_ARGS_KEY):
-            return [ServerArgsSeen(line_no, rank, parse_server_args(msg, self._secrets))]
+        return None
+
+    def _milestone(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent] | None:
+        """Start-up's milestones (weights, KV cache, scheduler ready, HTTP up, READY) and notices.
+        None: none of them."""
         if P.WEIGHTS_BEGIN_KEY in msg:
             m = P.WEIGHTS_BEGIN.search(msg)
             return [WeightsLoadBegan(line_no, rank, _float(m, "avail"))]
@@ -301,7 +315,7 @@ class LogParser:
             m = P.DEPRECATED.search(msg)
             if m is not None:
                 return [DeprecatedFlag(line_no, rank, m.group("flag"), m.group("new"))]
-        return self._signature(msg, rank, line_no)
+        return None
 
     def _signature(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
         if _signature_gate(msg) is None:

@@ -10,290 +10,37 @@ Flag catalogues are data (`catalog/sglang-<V>.json`), extracted from the PyPI wh
 
 from __future__ import annotations
 
-import difflib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from importlib import resources
-from typing import Literal
 
 from sglang_supervisor.engine.api import HEALTH_ROUTE
+from sglang_supervisor.engine.flagcatalog import (
+    FlagCatalog,
+    FlagProblem,
+    FlagSpec,
+    Severity,
+    flag_catalog,
+    is_option,
+    max_values,
+)
 from sglang_supervisor.engine.patterns import UNKNOWN_SPEC_ALGORITHM
+from sglang_supervisor.engine.versions import (
+    NEWEST_KNOWN_VERSION,
+    at_least,
+    known_versions,
+    nearest_known_version,
+    parse_version,
+)
 
-Severity = Literal["error", "warning"]
-
-_CATALOG_PACKAGE = "sglang_supervisor.engine.catalog"
-
-
-# --------------------------------------------------------------------------------------------
-# Versions
-# --------------------------------------------------------------------------------------------
-
-
-def parse_version(s: str) -> tuple[int, ...]:
-    """`"0.5.23"` → `(0, 5, 23)`. Suffixes (`0.5.23.post1`, `0.5.24rc0`, `+cu130`) are ignored.
-
-    Raises ValueError naming the text when it does not start with a dotted number.
-    """
-    parts: list[int] = []
-    for piece in s.strip().lstrip("vV").split("+")[0].split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(digits) != len(piece):
-            break
-    if not parts:
-        raise ValueError(f"not a version: {s!r} (expected something like 0.5.23)")
-    return tuple(parts)
-
-
-# The newest release with a flag catalogue (engine/catalog); test_engine_versions keeps it true.
-NEWEST_KNOWN_VERSION = "0.5.23"
-
-
-@lru_cache(maxsize=1)
-def known_versions() -> tuple[str, ...]:
-    """Versions that have a flag catalogue, sorted oldest first."""
-    names = [
-        entry.name[len("sglang-") : -len(".json")]
-        for entry in resources.files(_CATALOG_PACKAGE).iterdir()
-        if entry.name.startswith("sglang-") and entry.name.endswith(".json")
-    ]
-    return tuple(sorted(names, key=parse_version))
-
-
-def nearest_known_version(v: str) -> str:
-    """The catalogue to use for `v`: the highest known version <= v, else the lowest known."""
-    target = parse_version(v)
-    known = known_versions()
-    older = [k for k in known if parse_version(k) <= target]
-    return older[-1] if older else known[0]
-
-
-def at_least(version: str, floor: str) -> bool:
-    return parse_version(version) >= parse_version(floor)
-
-
-# --------------------------------------------------------------------------------------------
-# Flag catalogue
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    takes_value: bool
-    choices: tuple[str, ...] | None  # None: not a fixed list (or only known at runtime)
-    nargs: str | None  # argparse nargs ("+", "*", "?", "2"); None: exactly one value or a switch
-    deprecated_to: str | None  # what SGLang's deprecation warning says to use instead
-    deprecated: bool = False  # accepted with a warning (some have no replacement)
-
-
-@dataclass(frozen=True)
-class FlagProblem:
-    flag: str
-    severity: Severity
-    message: str
-    fix: str
-
-
-@dataclass(frozen=True)
-class FlagCatalog:
-    version: str
-    options: Mapping[str, FlagSpec]
-    allow_abbrev: bool
-
-    def resolve(self, option: str) -> str | None:
-        """The option argparse would pick for `option` (exact, or a unique `--` prefix)."""
-        name = option.split("=", 1)[0]
-        if name in self.options:
-            return name
-        matches = self.prefix_matches(name)
-        return matches[0] if len(matches) == 1 else None
-
-    def prefix_matches(self, name: str) -> list[str]:
-        if not self.allow_abbrev or not name.startswith("--") or len(name) < 3:
-            return []
-        return sorted(o for o in self.options if o.startswith(name))
-
-    def validate(self, argv: Sequence[str]) -> list[FlagProblem]:
-        """What argparse of this version would reject (errors) or accept silently but risky
-        (warnings: abbreviations hide typos, deprecated aliases go away)."""
-        problems: list[FlagProblem] = []
-        i = 0
-        while i < len(argv):
-            arg = argv[i]
-            i += 1
-            if not arg.startswith("-") or arg == "-" or _looks_negative_number(arg):
-                problems.append(
-                    FlagProblem(
-                        arg,
-                        "error",
-                        f"sglang {self.version}: unrecognized argument {arg!r} (no option takes it)",
-                        "remove it, or put it after the option it belongs to",
-                    )
-                )
-                continue
-            name, eq, inline = arg.partition("=")
-            canonical = self._canonical(name, problems)
-            if canonical is None:
-                # Skip what looks like its values so one bad flag is reported once.
-                while i < len(argv) and not _is_option(argv[i]):
-                    i += 1
-                continue
-            spec = self.options[canonical]
-            if spec.deprecated:
-                use = f"use {spec.deprecated_to}" if spec.deprecated_to else "remove it"
-                problems.append(
-                    FlagProblem(
-                        canonical,
-                        "warning",
-                        f"sglang {self.version}: {canonical} is deprecated",
-                        use,
-                    )
-                )
-            if not spec.takes_value:
-                if eq:
-                    problems.append(
-                        FlagProblem(
-                            canonical,
-                            "error",
-                            f"{canonical} is a switch; it takes no value (got {inline!r})",
-                            f"write {canonical} alone",
-                        )
-                    )
-                continue
-            values: list[str]
-            if eq:
-                values = [inline]
-            else:
-                values = []
-                limit = _max_values(spec.nargs)
-                while i < len(argv) and len(values) < limit and not _is_option(argv[i]):
-                    values.append(argv[i])
-                    i += 1
-            if len(values) < _min_values(spec.nargs):
-                problems.append(
-                    FlagProblem(
-                        canonical,
-                        "error",
-                        f"{canonical} expects {_describe_nargs(spec.nargs)}",
-                        f"give {canonical} a value" + _choices_hint(spec),
-                    )
-                )
-                continue
-            if spec.choices is not None:
-                for value in values:
-                    if value not in spec.choices:
-                        problems.append(
-                            FlagProblem(
-                                canonical,
-                                "error",
-                                f"{canonical}: invalid choice {value!r} on sglang {self.version}",
-                                "choose one of " + ", ".join(spec.choices),
-                            )
-                        )
-        return problems
-
-    def _canonical(self, name: str, problems: list[FlagProblem]) -> str | None:
-        if name in self.options:
-            return name
-        matches = self.prefix_matches(name)
-        if len(matches) == 1:
-            problems.append(
-                FlagProblem(
-                    name,
-                    "warning",
-                    f"{name} is an abbreviation that argparse expands to {matches[0]}",
-                    f"write {matches[0]} in full (an abbreviation hides typos)",
-                )
-            )
-            return matches[0]
-        if len(matches) > 1:
-            shown = ", ".join(matches[:6]) + (", ..." if len(matches) > 6 else "")
-            problems.append(
-                FlagProblem(
-                    name,
-                    "error",
-                    f"sglang {self.version}: ambiguous option {name} could match {shown}",
-                    "write the full option name",
-                )
-            )
-            return None
-        close = difflib.get_close_matches(name, list(self.options), n=3, cutoff=0.75)
-        fix = f"did you mean {' or '.join(close)}?" if close else "remove it (sglang would exit with rc 2)"
-        problems.append(
-            FlagProblem(name, "error", f"sglang {self.version} does not accept {name}", fix)
-        )
-        return None
-
-
-def _is_option(arg: str) -> bool:
-    return arg.startswith("-") and arg != "-" and not _looks_negative_number(arg)
-
-
-def _looks_negative_number(arg: str) -> bool:
-    try:
-        float(arg)
-    except ValueError:
-        return False
-    return True
-
-
-def _min_values(nargs: str | None) -> int:
-    if nargs in ("*", "?"):
-        return 0
-    if nargs == "+" or nargs is None:
-        return 1
-    return int(nargs)
-
-
-def _max_values(nargs: str | None) -> int:
-    if nargs is None or nargs == "?":
-        return 1
-    if nargs in ("+", "*"):
-        return 1 << 30
-    return int(nargs)
-
-
-def _describe_nargs(nargs: str | None) -> str:
-    if nargs is None or nargs == "?":
-        return "a value"
-    if nargs == "+":
-        return "one or more values"
-    if nargs == "*":
-        return "values"
-    return f"{nargs} values"
-
-
-def _choices_hint(spec: FlagSpec) -> str:
-    return f" (one of {', '.join(spec.choices)})" if spec.choices else ""
-
-
-@cache
-def flag_catalog(version: str) -> FlagCatalog:
-    """The flag catalogue of `version` (or of the nearest older known version)."""
-    use = nearest_known_version(version)
-    raw = json.loads(
-        resources.files(_CATALOG_PACKAGE).joinpath(f"sglang-{use}.json").read_text(encoding="utf-8")
-    )
-    options = {
-        name: FlagSpec(
-            takes_value=bool(spec["takes_value"]),
-            choices=tuple(spec["choices"]) if spec["choices"] is not None else None,
-            nargs=spec["nargs"],
-            deprecated_to=spec["deprecated_to"],
-            deprecated=bool(spec.get("deprecated", False)),
-        )
-        for name, spec in raw["options"].items()
-    }
-    return FlagCatalog(version=use, options=options, allow_abbrev=bool(raw["allow_abbrev"]))
-
+# The versions and the flag catalogue have their own modules (engine/versions.py,
+# engine/flagcatalog.py); the rest of the daemon asks this module, which names them again.
+__all__ = [
+    "ALIASES_REMOVED", "CLEAN_DRAIN_EXIT_0", "ENCODER_BOOTSTRAP_PORT_DEFAULT", "NEWEST_KNOWN_VERSION",
+    "PER_PHASE_GRAPHS", "REQUEST_RECORDS_ON_STDOUT", "SPEC_ALGORITHMS", "SPEC_V2_DEFAULT_ON",
+    "SPEC_V2_IGNORED", "TC_PIECEWISE_REMOVED", "FlagCatalog", "FlagProblem", "FlagSpec", "Migration",
+    "Severity", "at_least", "clean_exit_codes", "flag_catalog", "known_versions", "migrate_args",
+    "migrate_env", "nearest_known_version", "parse_version",
+]
 
 # --------------------------------------------------------------------------------------------
 # Renames and removals (SGLANG.md), both directions
@@ -449,7 +196,7 @@ def _split_items(args: Sequence[str], target: FlagCatalog) -> list[_Item]:
     while i < len(args):
         arg = args[i]
         i += 1
-        if not _is_option(arg):
+        if not is_option(arg):
             items.append(_Item("", (arg,), False))
             continue
         name, eq, inline = arg.partition("=")
@@ -460,9 +207,9 @@ def _split_items(args: Sequence[str], target: FlagCatalog) -> list[_Item]:
         if spec is not None and not spec.takes_value:
             items.append(_Item(name, (), False))
             continue
-        limit = _max_values(spec.nargs) if spec is not None else 1 << 30
+        limit = max_values(spec.nargs) if spec is not None else 1 << 30
         values: list[str] = []
-        while i < len(args) and len(values) < limit and not _is_option(args[i]):
+        while i < len(args) and len(values) < limit and not is_option(args[i]):
             values.append(args[i])
             i += 1
         items.append(_Item(name, tuple(values), False))

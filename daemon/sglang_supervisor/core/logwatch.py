@@ -4,6 +4,11 @@
 into lines, splitting on `\\n` and `\\r` (tqdm redraws). `LogParser` turns lines into
 `events.EngineEvent`s, tolerating what users paste: missing timestamps, ANSI colours, progress
 frames glued to real lines, wrapped lines, tracebacks. Log strings live in `engine.patterns`.
+
+Long because: LogParser is one state machine (an open traceback block, a wrapped stats line waiting
+for its rest, a request echo's continuation rows, draining) whose methods all read and change that
+state; the module-level helpers are its guards. The line splitter, stat-line readers and whole-log
+summary live in linesplit.py, logstats.py and logsummary.py.
 """
 
 from __future__ import annotations

@@ -59,7 +59,12 @@ class FlagCatalog:
 
     def validate(self, argv: Sequence[str]) -> list[FlagProblem]:
         """What argparse of this version would reject (errors) or accept silently but risky
-        (warnings: abbreviations hide typos, deprecated aliases go away)."""
+        (warnings: abbreviations hide typos, deprecated aliases go away).
+
+        Long because: one pass over argv that reproduces argparse's own loop (option or value,
+        abbreviation, nargs, choices, deprecated alias): the cursor i is shared by every branch, so
+        the steps cannot be separate functions without passing the cursor back and forth.
+        """
         problems: list[FlagProblem] = []
         i = 0
         while i < len(argv):

@@ -124,6 +124,10 @@ def _decode(flags: Flags) -> PhaseVerdict:
 
 
 def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdict:
+    """Long because: SGLang's prefill-graph rules applied in the order its server_args applies them,
+    first match wins (explicit backend, removed tc_piecewise, per-architecture, then the auto-
+    disable rules); the order is the model and each rule is one early return.
+    """
     aliases = not at_least(version, ALIASES_REMOVED)
     cfg = _graph_config_json(flags)
     explicit = _phase_backend_from_json(cfg, "prefill") or flags.get("--cuda-graph-backend-prefill")

@@ -6,6 +6,11 @@ instead of hard-coding answers that SGLang changes every few releases.
 
 Flag catalogues are data (`catalog/sglang-<V>.json`), extracted from the PyPI wheels by
 `scripts/gen-flag-catalog`; an unlisted version uses the nearest older catalogue.
+
+Long because: the renames and removals of flags and environment variables between releases are
+tables (both directions) with the passes that apply them (migrate_args, migrate_env) and the per-
+release facts they share; release numbers and the flag catalogue are in versions.py and
+flagcatalog.py.
 """
 
 from __future__ import annotations

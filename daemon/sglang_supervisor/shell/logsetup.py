@@ -13,6 +13,11 @@ that cannot be written are counted (`dropped_lines()`).
 
 Known secrets registered with `set_redactions` are replaced by `***` in everything written here,
 supervisor events and forwarded engine output alike.
+
+Long because: one process-wide structlog configuration: the three formats (journald with native
+fields, JSON, console), the bounded background sink they all write through and the engine-line
+forwarding that uses the same sink and redactions; every part reads the module state set by
+configure_logging.
 """
 
 from __future__ import annotations
@@ -418,6 +423,10 @@ def configure_logging(
     journald can never block the main loop (excess lines are dropped and counted).
     `native_journal=None` uses the journal socket when the format is journald and systemd's journal
     is there; False never does (stdout lines only).
+
+    Long because: it installs one process-wide configuration atomically (level check, the old sink
+    stopped, the format resolved, the processor chain for that format, the new sink); the processor
+    chains differ per format in a few lines each and are only meaningful together.
     """
     env = os.environ if environ is None else environ
     out = sys.stdout if stream is None else stream

@@ -17,7 +17,6 @@ import resource
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import httpx
 import structlog
 
 from sglang_supervisor.commands import unitcheck
+from sglang_supervisor.commands.doctorreport import Report, format_human
 from sglang_supervisor.core import audit, profiles
 from sglang_supervisor.core.address import parse_address
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
@@ -48,27 +48,6 @@ ARGCHECK_TIMEOUT_S = 120.0
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
 PORT_PROBE_TIMEOUT_S = 2.0  # a busy port's listener asked "are you SGLang?"
-_MARK = {"error": "ERROR", "warning": "WARN ", "info": "info ", "ok": "ok   "}
-_AREA_TITLE = {"host": "Host", "engine": "Engine", "audit": "Audit", "live": "Live server"}
-
-
-@dataclass
-class Report:
-    findings: list[Finding] = field(default_factory=list)
-    host: dict[str, Any] = field(default_factory=dict)
-    engine: dict[str, Any] = field(default_factory=dict)
-    live: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "findings": [f.to_dict() for f in audit.sort_findings(self.findings)],
-            "host": self.host,
-            "engine": self.engine,
-        }
-        if self.live is not None:
-            out["live"] = self.live
-        out["errors"] = sum(1 for f in self.findings if f.severity == "error")
-        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -482,35 +461,6 @@ def config_report(
 # --------------------------------------------------------------------------------------------
 
 
-def fallback_findings(status: Any, profile_names: Sequence[str]) -> list[Finding]:
-    """The supervisor's /status -> whether the live server runs below its best profile, and why."""
-    if not isinstance(status, dict) or not profile_names:
-        return []
-    profile = status.get("profile")
-    if not isinstance(profile, str) or not profile:
-        return []
-    best = profile_names[0]
-    if profile == best:
-        return [Finding("ok", "live", f"the supervisor serves the best profile ({best})", "", "",
-                        "live.profile")]
-    level = profile_names.index(profile) if profile in profile_names else None
-    why: list[str] = []
-    for a in status.get("attempts") or []:
-        if isinstance(a, dict) and a.get("failure_class") and a.get("profile") != profile:
-            why.append(f"{a.get('profile')} failed ({a.get('failure_class')})")
-    skipped = status.get("skipped_known_bad")
-    if isinstance(skipped, dict) and skipped:
-        why.append("skipped as known bad: " + ", ".join(str(k) for k in skipped))
-    return [Finding(
-        "warning", "live",
-        f"the live server runs the fallback profile {profile}"
-        + (f" (level {level} of the ladder)" if level is not None else "") + f", not {best}",
-        "; ".join(why) or "an earlier start fell back (see journalctl -u the unit, EVENT=profile.fallback)",
-        "find the cause (journalctl ... FAILURE_CLASS), fix it, then restart the unit to try the "
-        "better profile again (sglang-supervisor run --retry-known-bad ignores remembered failures)",
-        "live.fallback")]
-
-
 def supervisor_status(address: str, timeout_s: float = HTTP_TIMEOUT_S) -> Any:
     """The running supervisor's /status at metrics.address, or None (not running, not JSON)."""
     host, port = parse_address(address)
@@ -583,39 +533,6 @@ def live_report(url: str, report: Report, api_key: str | None, client: httpx.Cli
             http.close()
 
 
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def format_human(report: Report) -> str:
-    lines: list[str] = []
-    findings = audit.sort_findings(report.findings)
-    for area in audit.AREAS:
-        group = [f for f in findings if f.area == area]
-        if not group:
-            continue
-        lines.append(f"== {_AREA_TITLE[area]}")
-        profile: str | None = None
-        for f in group:
-            if f.profile != profile and f.profile is not None:
-                lines.append(f"  -- profile {f.profile}")
-            profile = f.profile
-            indent = "    " if f.profile else "  "
-            lines.append(f"{indent}{_MARK[f.severity]} {f.what}")
-            if f.why:
-                lines.append(f"{indent}      why: {f.why}")
-            if f.fix:
-                lines.append(f"{indent}      fix: {f.fix}")
-        lines.append("")
-    counts = {s: sum(1 for f in findings if f.severity == s) for s in audit.SEVERITIES}
-    lines.append(
-        f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s), "
-        f"{counts['ok']} ok"
-    )
-    return "\n".join(lines)
-
-
 def quiet_logging() -> None:
     """NVML and config warnings are findings here; keep stdout for the report."""
     structlog.configure(
@@ -683,7 +600,7 @@ def build_report(args: argparse.Namespace) -> Report:
         live_report(args.url, report, api_key)
         if config is not None and config.metrics.enabled:
             status = supervisor_status(config.metrics.address)
-            report.findings += fallback_findings(status, config.profile_names)
+            report.findings += audit.fallback_findings(status, config.profile_names)
             if isinstance(status, dict) and report.live is not None:
                 report.live["supervisor_profile"] = status.get("profile")
     return report

@@ -218,17 +218,20 @@ def gpu_process_lines(gpus: Sequence[gpu.GpuInfo], ours: Mapping[int, str],
     return engine, others
 
 
-def gather_host(
-    config: Config, extra_ports: Mapping[int, str], tp_size: int, env: Mapping[str, str]
-) -> tuple[HostFacts, dict[str, Any]]:
-    nvml = gpu.default()
-    snap = nvml.snapshot() if nvml.available() else None
-    gpus = _visible_gpus(snap, env) if snap is not None else []
-    link: gpu.P2PLink | None = None
-    if len(gpus) >= 2 and tp_size >= 2:
-        order: list[gpu.P2PLink] = ["none", "unknown", "pcie-p2p", "nvlink"]
-        ranks = [order.index(nvml.p2p_link(gpus[0].index, g.index)) for g in gpus[1:tp_size]]
-        link = order[min(ranks)]  # the slowest link bounds the allreduce
+def _tp_link(nvml: gpu.Nvml, gpus: Sequence[gpu.GpuInfo], tp_size: int) -> gpu.P2PLink | None:
+    """The slowest link between the first GPU and the other TP GPUs (it bounds the allreduce)."""
+    if len(gpus) < 2 or tp_size < 2:
+        return None
+    order: list[gpu.P2PLink] = ["none", "unknown", "pcie-p2p", "nvlink"]
+    ranks = [order.index(nvml.p2p_link(gpus[0].index, g.index)) for g in gpus[1:tp_size]]
+    return order[min(ranks)]
+
+
+def _port_facts(
+    config: Config, extra_ports: Mapping[int, str]
+) -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
+    """The ports this configuration binds (port -> what for), those already taken, and of those the
+    ones a running SGLang or supervisor holds (port -> who)."""
     checked = {config.engine.port: "engine HTTP"}
     if config.metrics.enabled:
         checked.setdefault(parse_address(config.metrics.address)[1], "supervisor metrics")  # validated
@@ -237,9 +240,11 @@ def gather_host(
     busy = {p: w for p, w in checked.items() if port_busy(config.engine.host, p)}
     api_key = _api_key_or_none(config) if busy else None
     running = {p: h for p in busy if (h := port_holder(config, p, api_key)) is not None}
-    # A running engine on our port holds its GPUs: its processes are ours, not foreign.
-    ours = ports.server_processes(config.engine.port) if config.engine.port in running else {}
-    engine_gpu, foreign = gpu_process_lines(gpus, ours)
+    return checked, busy, running
+
+
+def _dir_facts(config: Config, env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """path -> (what it is for, its status) for every directory the engine or supervisor writes."""
     log_dir = str(Path(config.engine.log_file).parent)
     dirs: dict[str, tuple[str, str]] = {
         config.state_dir: ("state directory", dir_status(config.state_dir)),
@@ -249,13 +254,30 @@ def gather_host(
         dirs[config.runtime_dir] = ("runtime directory", dir_status(config.runtime_dir))
     cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or str(Path.home()), ".cache")
     dirs.setdefault(cache, ("kernel/JIT cache directory", dir_status(cache)))
-    model: ModelInfo | None = None
-    model_error: str | None = None
+    return dirs
+
+
+def _model_facts(config: Config) -> tuple[ModelInfo | None, str | None]:
     try:
-        model = read_model_dir(config.engine.model_path)
+        return read_model_dir(config.engine.model_path), None
     except ModelInfoError as e:
         # a Hugging Face id is valid (CONFIG.md): SGLang downloads it at the first start
-        model_error = None if looks_like_hub_id(config.engine.model_path) else str(e)
+        return None, None if looks_like_hub_id(config.engine.model_path) else str(e)
+
+
+def gather_host(
+    config: Config, extra_ports: Mapping[int, str], tp_size: int, env: Mapping[str, str]
+) -> tuple[HostFacts, dict[str, Any]]:
+    nvml = gpu.default()
+    snap = nvml.snapshot() if nvml.available() else None
+    gpus = _visible_gpus(snap, env) if snap is not None else []
+    link = _tp_link(nvml, gpus, tp_size)
+    checked, busy, running = _port_facts(config, extra_ports)
+    # A running engine on our port holds its GPUs: its processes are ours, not foreign.
+    ours = ports.server_processes(config.engine.port) if config.engine.port in running else {}
+    engine_gpu, foreign = gpu_process_lines(gpus, ours)
+    dirs = _dir_facts(config, env)
+    model, model_error = _model_facts(config)
     facts = HostFacts(
         nvml=snap is not None,
         gpus=tuple(gpus),
@@ -272,7 +294,12 @@ def gather_host(
         model=model,
         model_error=model_error,
     )
-    summary = {
+    return facts, _host_summary(facts)
+
+
+def _host_summary(facts: HostFacts) -> dict[str, Any]:
+    """The host facts as doctor's JSON shows them."""
+    return {
         "nvml": facts.nvml,
         "gpus": [
             {
@@ -283,20 +310,20 @@ def gather_host(
                 "memory_total_bytes": g.memory_total_bytes,
                 "memory_used_bytes": g.memory_used_bytes,
             }
-            for g in gpus
+            for g in facts.gpus
         ],
-        "foreign_processes": foreign,
-        "engine_gpu_processes": engine_gpu,
-        "tp_link": link,
+        "foreign_processes": list(facts.foreign),
+        "engine_gpu_processes": list(facts.engine_gpu),
+        "tp_link": facts.tp_link,
         "shm_bytes": facts.shm_bytes,
         "memlock_soft": facts.memlock_soft,
-        "ports": {str(p): ("running" if p in running else "busy" if p in busy else "free")
-                  for p in sorted(checked)},
-        "dirs": {path: status for path, (_, status) in sorted(dirs.items())},
-        "model": model.to_dict() if model else None,
-        "model_error": model_error,
+        "ports": {str(p): ("running" if p in facts.ports_running
+                           else "busy" if p in facts.ports_busy else "free")
+                  for p in sorted(facts.ports_checked)},
+        "dirs": {path: status for path, (_, status) in sorted(facts.dirs.items())},
+        "model": facts.model.to_dict() if facts.model else None,
+        "model_error": facts.model_error,
     }
-    return facts, summary
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,6 +338,44 @@ def _written_args(config: Config, name: str) -> list[str]:
     for flag, value in args.items():
         out += profiles.flag_tokens(flag, value)
     return out
+
+
+def _real_parser_findings(
+    by_env: Mapping[tuple[tuple[str, str], ...], list[ProfileView]],
+    interpreter: str,
+    runner: Callable[..., tuple[dict[str, Any] | None, str | None]],
+    environ: Mapping[str, str],
+    report: Report,
+) -> str:
+    """The real SGLang parser's verdict on every profile, run once per distinct engine environment;
+    returns what doctor's JSON says of the parser ("sglang V via PYTHON", "unavailable: why")."""
+    parser_state = "not run"
+    ran: list[str] = []
+    for overlay, group in by_env.items():
+        env = engine_env(environ, dict(overlay))
+        answer, why_not = runner(interpreter, {v.name: list(v.args) for v in group}, env=env)
+        if answer is None:
+            parser_state = f"unavailable: {why_not}"
+            names = ", ".join(v.name for v in group)
+            report.findings.append(
+                Finding(
+                    "warning",
+                    "engine",
+                    "the real SGLang argument parser could not be run"
+                    + (f" for {names}" if len(by_env) > 1 else ""),
+                    f"{why_not}; flags were checked against the supervisor's catalogue only",
+                    f"install sglang into {interpreter}'s venv, or point engine.interpreter at it",
+                    "parser.unavailable",
+                )
+            )
+            continue
+        ran.append(str(answer.get("version")))
+        results = answer.get("results") or {}
+        for v in group:
+            report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
+    if ran and not parser_state.startswith("unavailable"):
+        parser_state = f"sglang {ran[0]} via {interpreter}"
+    return parser_state
 
 
 def _engine_findings(
@@ -341,33 +406,8 @@ def _engine_findings(
         rendered_json.append(rc.to_json())
         report.findings += audit.migration_findings(p.name, version, rc.migrations)
         report.findings += audit.catalog_findings(p.name, version, rc.problems)
-    parser_state = "not run"
-    if real_parser:
-        ran: list[str] = []
-        for overlay, group in by_env.items():
-            env = engine_env(environ, dict(overlay))
-            answer, why_not = runner(interpreter, {v.name: list(v.args) for v in group}, env=env)
-            if answer is None:
-                parser_state = f"unavailable: {why_not}"
-                names = ", ".join(v.name for v in group)
-                report.findings.append(
-                    Finding(
-                        "warning",
-                        "engine",
-                        "the real SGLang argument parser could not be run"
-                        + (f" for {names}" if len(by_env) > 1 else ""),
-                        f"{why_not}; flags were checked against the supervisor's catalogue only",
-                        f"install sglang into {interpreter}'s venv, or point engine.interpreter at it",
-                        "parser.unavailable",
-                    )
-                )
-                continue
-            ran.append(str(answer.get("version")))
-            results = answer.get("results") or {}
-            for v in group:
-                report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
-        if ran and not parser_state.startswith("unavailable"):
-            parser_state = f"sglang {ran[0]} via {interpreter}"
+    parser_state = (_real_parser_findings(by_env, interpreter, runner, environ, report)
+                    if real_parser else "not run")
     tp = max((parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
     for v in views:
         report.findings += audit.audit_profile(
@@ -388,6 +428,32 @@ def _encoder_ports(config: Config, version: str) -> dict[int, str]:
     return found
 
 
+def _engine_version(config: Config, environ: Mapping[str, str], interpreter: str) -> tuple[str, str, Finding]:
+    """The SGLang version to audit for, where it comes from (config, detected, assumed), and the
+    finding that says so."""
+    version_source = "config" if config.engine.version != "auto" else "detected"
+    try:
+        version = detect_engine_version(config, VERSION_TIMEOUT_S, environ=environ)
+    except ConfigError as e:
+        version = known_versions()[-1]
+        return version, "assumed", Finding(
+            "warning",
+            "engine",
+            f"the installed sglang version is unknown; auditing for {version}",
+            "; ".join(p.problem for p in e.problems),
+            "; ".join(p.fix for p in e.problems),
+            "engine.version",
+        )
+    return version, version_source, Finding(
+        "info",
+        "engine",
+        f"sglang {version} ({version_source})",
+        f"interpreter {interpreter}",
+        "",
+        "engine.version",
+    )
+
+
 def config_report(
     config: Config,
     report: Report,
@@ -399,33 +465,8 @@ def config_report(
     """`environ`: the supervisor's environment (default ours), which the engine inherits."""
     environ = dict(os.environ) if environ is None else environ
     interpreter = engine_interpreter(config)
-    version_source = "config" if config.engine.version != "auto" else "detected"
-    try:
-        version = detect_engine_version(config, VERSION_TIMEOUT_S, environ=environ)
-    except ConfigError as e:
-        version = known_versions()[-1]
-        version_source = "assumed"
-        report.findings.append(
-            Finding(
-                "warning",
-                "engine",
-                f"the installed sglang version is unknown; auditing for {version}",
-                "; ".join(p.problem for p in e.problems),
-                "; ".join(p.fix for p in e.problems),
-                "engine.version",
-            )
-        )
-    else:
-        report.findings.append(
-            Finding(
-                "info",
-                "engine",
-                f"sglang {version} ({version_source})",
-                f"interpreter {interpreter}",
-                "",
-                "engine.version",
-            )
-        )
+    version, version_source, finding = _engine_version(config, environ, interpreter)
+    report.findings.append(finding)
     report.engine.update({"interpreter": interpreter, "version": version, "version_source": version_source})
     overlay_tp = max(
         int(str(effective_overlay(config, p.name)[0].get("tp-size") or 1)) for p in config.profiles
@@ -541,37 +582,63 @@ def quiet_logging() -> None:
     )
 
 
+def _load_config(config_path: str, report: Report) -> Config | None:
+    """The configuration, its warnings and problems as findings; None when it does not load."""
+    try:
+        return load_config(
+            config_path,
+            on_warning=lambda p: report.findings.append(
+                Finding(
+                    "warning",
+                    "engine",
+                    f"{p.path}: {p.problem}",
+                    "configuration file check",
+                    p.fix,
+                    "config.warning",
+                )
+            ),
+        )
+    except ConfigError as e:
+        for p in e.problems:
+            report.findings.append(
+                Finding(
+                    "error",
+                    "engine",
+                    f"{p.path or config_path}: {p.problem}",
+                    f"configuration {config_path}",
+                    p.fix,
+                    "config.invalid",
+                )
+            )
+        return None
+
+
+def _live(url: str, config: Config | None, report: Report) -> None:
+    """`--url`: the running server's evidence, and the supervisor's fallback when it has /status."""
+    api_key: str | None = None
+    if config is not None:
+        try:
+            from sglang_supervisor.shell.apikey import read_api_key  # noqa: PLC0415 (only for --url)
+
+            api_key = read_api_key(config.engine)
+        except ConfigError:
+            api_key = os.environ.get("SGLANG_API_KEY")
+    else:
+        api_key = os.environ.get("SGLANG_API_KEY")
+    live_report(url, report, api_key)
+    if config is not None and config.metrics.enabled:
+        status = supervisor_status(config.metrics.address)
+        report.findings += audit.fallback_findings(status, config.profile_names)
+        if isinstance(status, dict) and report.live is not None:
+            report.live["supervisor_profile"] = status.get("profile")
+
+
 def build_report(args: argparse.Namespace) -> Report:
     report = Report()
     config: Config | None = None
     config_path = getattr(args, "config", None)
     if config_path and (Path(config_path).exists() or not args.url):
-        try:
-            config = load_config(
-                config_path,
-                on_warning=lambda p: report.findings.append(
-                    Finding(
-                        "warning",
-                        "engine",
-                        f"{p.path}: {p.problem}",
-                        "configuration file check",
-                        p.fix,
-                        "config.warning",
-                    )
-                ),
-            )
-        except ConfigError as e:
-            for p in e.problems:
-                report.findings.append(
-                    Finding(
-                        "error",
-                        "engine",
-                        f"{p.path or config_path}: {p.problem}",
-                        f"configuration {config_path}",
-                        p.fix,
-                        "config.invalid",
-                    )
-                )
+        config = _load_config(config_path, report)
     if config is not None:
         report.engine["config"] = str(config_path)
         try:
@@ -587,22 +654,7 @@ def build_report(args: argparse.Namespace) -> Report:
                     Finding("error", "engine", f"{p.path}: {p.problem}", "rendering", p.fix, "config.render")
                 )
     if args.url:
-        api_key: str | None = None
-        if config is not None:
-            try:
-                from sglang_supervisor.shell.apikey import read_api_key  # noqa: PLC0415 (only for --url)
-
-                api_key = read_api_key(config.engine)
-            except ConfigError:
-                api_key = os.environ.get("SGLANG_API_KEY")
-        else:
-            api_key = os.environ.get("SGLANG_API_KEY")
-        live_report(args.url, report, api_key)
-        if config is not None and config.metrics.enabled:
-            status = supervisor_status(config.metrics.address)
-            report.findings += audit.fallback_findings(status, config.profile_names)
-            if isinstance(status, dict) and report.live is not None:
-                report.live["supervisor_profile"] = status.get("profile")
+        _live(args.url, config, report)
     return report
 
 

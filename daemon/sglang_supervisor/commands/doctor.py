@@ -6,6 +6,13 @@ sglang version and runs the real SGLang argument parser there (`engine/argcheck.
 subprocess), then optionally reads a running server's /server_info and /metrics.
 
 Exit status: 0 when no finding is an error, 1 otherwise (warnings do not fail it).
+
+Long because: it is the subcommand's imperative shell, every read it makes in one place: the host
+(ports and who holds them, NVML, /dev/shm, rlimits, directories, the model), the engine's version
+and a live server (/server_info, /metrics, the supervisor's /status), behind module-level functions
+that tests replace (port_busy, port_holder, live_report, HTTP_TIMEOUT_S). The rules (core/audit/),
+the engine side (profilecheck.py), the unit's view (unitcheck.py) and the report (doctorreport.py)
+are elsewhere.
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,12 +29,12 @@ from typing import Any
 import httpx
 import structlog
 
-from sglang_supervisor.commands import unitcheck
+from sglang_supervisor.commands import profilecheck, unitcheck
 from sglang_supervisor.commands.doctorreport import Report, format_human
-from sglang_supervisor.core import audit, profiles
+from sglang_supervisor.commands.profilecheck import run_argcheck
+from sglang_supervisor.core import audit
 from sglang_supervisor.core.address import parse_address
-from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
-from sglang_supervisor.core.childenv import engine_env
+from sglang_supervisor.core.audit import Finding, HostFacts
 from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, load_config
 from sglang_supervisor.engine.api import (
     METRICS_ROUTE,
@@ -36,66 +42,15 @@ from sglang_supervisor.engine.api import (
     SERVER_INFO_ROUTES,
     parse_engine_metrics,
 )
-from sglang_supervisor.engine.argv import parse_flags
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
-from sglang_supervisor.engine.sglang import ENCODER_BOOTSTRAP_PORT_DEFAULT, flag_catalog, known_versions
+from sglang_supervisor.engine.sglang import known_versions
 from sglang_supervisor.shell import gpu, ports
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 
-ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "engine" / "argcheck.py"
-ARGCHECK_TIMEOUT_S = 120.0
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
 PORT_PROBE_TIMEOUT_S = 2.0  # a busy port's listener asked "are you SGLang?"
-
-
-# --------------------------------------------------------------------------------------------
-# Engine: version and the real parser
-# --------------------------------------------------------------------------------------------
-
-
-def run_argcheck(
-    interpreter: str,
-    argvs: Mapping[str, Sequence[str]],
-    *,
-    list_options: bool = False,
-    timeout_s: float = ARGCHECK_TIMEOUT_S,
-    env: Mapping[str, str] | None = None,
-) -> tuple[dict[str, Any] | None, str | None]:
-    """Run `engine/argcheck.py` with `interpreter`: (its JSON answer, None) or (None, why not).
-
-    `env`: the environment the engine itself gets (default: ours without systemd's variables).
-    PYTHONPATH stays: where sglang is importable only through it, the engine imports it so too."""
-    request = json.dumps({"argvs": {k: list(v) for k, v in argvs.items()}, "list_options": list_options})
-    env = engine_env(os.environ if env is None else env, {})
-    try:
-        proc = subprocess.run(
-            [interpreter, str(ARGCHECK_SCRIPT)],
-            input=request,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            env=env,
-        )
-    except FileNotFoundError:
-        return None, f"the engine interpreter {interpreter} does not exist"
-    except subprocess.TimeoutExpired:
-        return None, f"{interpreter} did not finish the parser check within {timeout_s:g} s"
-    except OSError as e:
-        return None, f"cannot run {interpreter}: {e.strerror}"
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return None, f"the parser check printed no answer (rc {proc.returncode}): {tail}"
-    if not answer.get("ok"):
-        return None, str(answer.get("error") or "sglang is not importable there")
-    return answer, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,105 +282,8 @@ def _host_summary(facts: HostFacts) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Config -> profile views
+# Config
 # --------------------------------------------------------------------------------------------
-
-
-def _written_args(config: Config, name: str) -> list[str]:
-    args, _ = effective_overlay(config, name)
-    engine = config.engine
-    out = ["--model-path", engine.model_path, "--host", engine.host, "--port", str(engine.port)]
-    for flag, value in args.items():
-        out += profiles.flag_tokens(flag, value)
-    return out
-
-
-def _real_parser_findings(
-    by_env: Mapping[tuple[tuple[str, str], ...], list[ProfileView]],
-    interpreter: str,
-    runner: Callable[..., tuple[dict[str, Any] | None, str | None]],
-    environ: Mapping[str, str],
-    report: Report,
-) -> str:
-    """The real SGLang parser's verdict on every profile, run once per distinct engine environment;
-    returns what doctor's JSON says of the parser ("sglang V via PYTHON", "unavailable: why")."""
-    parser_state = "not run"
-    ran: list[str] = []
-    for overlay, group in by_env.items():
-        env = engine_env(environ, dict(overlay))
-        answer, why_not = runner(interpreter, {v.name: list(v.args) for v in group}, env=env)
-        if answer is None:
-            parser_state = f"unavailable: {why_not}"
-            names = ", ".join(v.name for v in group)
-            report.findings.append(
-                Finding(
-                    "warning",
-                    "engine",
-                    "the real SGLang argument parser could not be run"
-                    + (f" for {names}" if len(by_env) > 1 else ""),
-                    f"{why_not}; flags were checked against the supervisor's catalogue only",
-                    f"install sglang into {interpreter}'s venv, or point engine.interpreter at it",
-                    "parser.unavailable",
-                )
-            )
-            continue
-        ran.append(str(answer.get("version")))
-        results = answer.get("results") or {}
-        for v in group:
-            report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
-    if ran and not parser_state.startswith("unavailable"):
-        parser_state = f"sglang {ran[0]} via {interpreter}"
-    return parser_state
-
-
-def _engine_findings(
-    config: Config,
-    version: str,
-    *,
-    interpreter: str,
-    real_parser: bool,
-    report: Report,
-    runner: Callable[..., tuple[dict[str, Any] | None, str | None]],
-    model: ModelInfo | None,
-    host: HostFacts,
-    environ: Mapping[str, str],
-) -> None:
-    base_len = len(profiles.base_command(config, sys.executable))
-    views: list[ProfileView] = []
-    rendered_json: list[dict[str, object]] = []
-    catalog = flag_catalog(version)
-    # Profiles by the environment their engine gets: the parser runs once per distinct one.
-    by_env: dict[tuple[tuple[str, str], ...], list[ProfileView]] = {}
-    for p in config.profiles:
-        rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED)
-        _, written_env = effective_overlay(config, p.name)
-        sglang_args = tuple(rc.argv[base_len:])
-        view = ProfileView(p.name, sglang_args, written_env, tuple(_written_args(config, p.name)))
-        views.append(view)
-        by_env.setdefault(tuple(sorted(rc.env.items())), []).append(view)
-        rendered_json.append(rc.to_json())
-        report.findings += audit.migration_findings(p.name, version, rc.migrations)
-        report.findings += audit.catalog_findings(p.name, version, rc.problems)
-    parser_state = (_real_parser_findings(by_env, interpreter, runner, environ, report)
-                    if real_parser else "not run")
-    tp = max((parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
-    for v in views:
-        report.findings += audit.audit_profile(
-            v, version, model, gpus=host.gpus, link=host.tp_link, catalog=catalog
-        )
-    report.engine.update({"parser": parser_state, "profiles": rendered_json, "tp_size": tp})
-
-
-def _encoder_ports(config: Config, version: str) -> dict[int, str]:
-    catalog = flag_catalog(version)
-    found: dict[int, str] = {}
-    for p in config.profiles:
-        flags = parse_flags(_written_args(config, p.name), catalog)
-        if flags.on("--language-only"):
-            port = flags.int("--encoder-bootstrap-port", ENCODER_BOOTSTRAP_PORT_DEFAULT)
-            if port:
-                found[port] = f"encoder bootstrap (--language-only, profile {p.name})"
-    return found
 
 
 def _engine_version(config: Config, environ: Mapping[str, str], interpreter: str) -> tuple[str, str, Finding]:
@@ -472,7 +330,7 @@ def config_report(
         int(str(effective_overlay(config, p.name)[0].get("tp-size") or 1)) for p in config.profiles
     )
     env = {**environ, **config.engine.env}
-    host, host_summary = gather_host(config, _encoder_ports(config, version), overlay_tp, env)
+    host, host_summary = gather_host(config, profilecheck.encoder_ports(config, version), overlay_tp, env)
     report.host.update(host_summary)
     mem = config.engine.args.get("mem-fraction-static")
     mem_fraction = float(mem) if isinstance(mem, int | float) and not isinstance(mem, bool) else None
@@ -484,7 +342,7 @@ def config_report(
             "under the unit); model checks need its config.json",
             "to audit the model now: download it (huggingface-cli download ID) and point "
             "engine.model_path at the directory", "host.model"))
-    _engine_findings(
+    profilecheck.profile_findings(
         config,
         version,
         interpreter=interpreter,

@@ -5,7 +5,7 @@ Nothing here does I/O; `commands/doctor.py` gathers the facts. Each rule names w
 in the version at hand and the exact fix (a flag, a config key, a command), because the reason a
 given optimisation is off moves between releases (see docs in the finding texts).
 
-One module per family of rules: `findings` (the type, its order, folding), `profile` (every rule
+One module per family of rules: `findings` (the type, its order, folding), `profileaudit` (every rule
 for one profile: `graphs`, `speculative`, `features`, `comm`), `flags` (catalogue, migrations, the
 real parser), `host`, `live`, `fallback` (the supervisor's /status). This module is the doctor's
 one entry point to them.
@@ -25,7 +25,7 @@ from sglang_supervisor.core.audit.findings import (
 from sglang_supervisor.core.audit.flags import catalog_findings, migration_findings, parser_findings
 from sglang_supervisor.core.audit.host import HostFacts, host_findings
 from sglang_supervisor.core.audit.live import live_findings, live_summary, redact_server_info
-from sglang_supervisor.core.audit.profile import ProfileView, audit_profile
+from sglang_supervisor.core.audit.profileaudit import ProfileView, audit_profile
 
 __all__ = [
     "AREAS",

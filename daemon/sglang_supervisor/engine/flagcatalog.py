@@ -59,12 +59,7 @@ class FlagCatalog:
 
     def validate(self, argv: Sequence[str]) -> list[FlagProblem]:
         """What argparse of this version would reject (errors) or accept silently but risky
-        (warnings: abbreviations hide typos, deprecated aliases go away).
-
-        Long because: one pass over argv that reproduces argparse's own loop (option or value,
-        abbreviation, nargs, choices, deprecated alias): the cursor i is shared by every branch, so
-        the steps cannot be separate functions without passing the cursor back and forth.
-        """
+        (warnings: abbreviations hide typos, deprecated aliases go away)."""
         problems: list[FlagProblem] = []
         i = 0
         while i < len(argv):
@@ -118,28 +113,32 @@ class FlagCatalog:
                 while i < len(argv) and len(values) < limit and not is_option(argv[i]):
                     values.append(argv[i])
                     i += 1
-            if len(values) < _min_values(spec.nargs):
-                problems.append(
-                    FlagProblem(
-                        canonical,
-                        "error",
-                        f"{canonical} expects {_describe_nargs(spec.nargs)}",
-                        f"give {canonical} a value" + _choices_hint(spec),
-                    )
-                )
-                continue
-            if spec.choices is not None:
-                for value in values:
-                    if value not in spec.choices:
-                        problems.append(
-                            FlagProblem(
-                                canonical,
-                                "error",
-                                f"{canonical}: invalid choice {value!r} on sglang {self.version}",
-                                "choose one of " + ", ".join(spec.choices),
-                            )
-                        )
+            problems += self._value_problems(canonical, spec, values)
         return problems
+
+    def _value_problems(self, canonical: str, spec: FlagSpec, values: Sequence[str]) -> list[FlagProblem]:
+        """An option's values against its nargs and its choices."""
+        if len(values) < _min_values(spec.nargs):
+            return [
+                FlagProblem(
+                    canonical,
+                    "error",
+                    f"{canonical} expects {_describe_nargs(spec.nargs)}",
+                    f"give {canonical} a value" + _choices_hint(spec),
+                )
+            ]
+        if spec.choices is None:
+            return []
+        return [
+            FlagProblem(
+                canonical,
+                "error",
+                f"{canonical}: invalid choice {value!r} on sglang {self.version}",
+                "choose one of " + ", ".join(spec.choices),
+            )
+            for value in values
+            if value not in spec.choices
+        ]
 
     def _canonical(self, name: str, problems: list[FlagProblem]) -> str | None:
         if name in self.options:

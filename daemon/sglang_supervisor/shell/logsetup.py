@@ -406,6 +406,25 @@ class _State:
 _state = _State()
 
 
+def _processors(resolved: ResolvedFormat, sink: _Sink) -> list[Processor]:
+    """structlog's processor chain for one output format."""
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+    ]
+    if resolved == "journald":
+        return [*shared, structlog.processors.format_exc_info,
+                _JournaldRenderer(sink.native, _state.identifier)]
+    if resolved == "json":
+        return [*shared, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                # Never show_locals: a frame's locals may hold the API key.
+                structlog.processors.ExceptionRenderer(
+                    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)),
+                structlog.processors.JSONRenderer(default=str)]
+    return [*shared, structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
+            structlog.dev.ConsoleRenderer(colors=_state.colors)]
+
+
 def configure_logging(
     fmt: LogFormat = "auto",
     stream: IO[str] | None = None,
@@ -423,10 +442,6 @@ def configure_logging(
     journald can never block the main loop (excess lines are dropped and counted).
     `native_journal=None` uses the journal socket when the format is journald and systemd's journal
     is there; False never does (stdout lines only).
-
-    Long because: it installs one process-wide configuration atomically (level check, the old sink
-    stopped, the format resolved, the processor chain for that format, the new sink); the processor
-    chains differ per format in a few lines each and are only meaningful together.
     """
     env = os.environ if environ is None else environ
     out = sys.stdout if stream is None else stream
@@ -450,23 +465,7 @@ def configure_logging(
     _state.identifier = identifier or os.path.basename(sys.argv[0] or "") or "sglang-supervisor"
     _state.heads = {}
 
-    shared: list[Processor] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-    ]
-    processors: list[Processor]
-    if resolved == "journald":
-        processors = [*shared, structlog.processors.format_exc_info,
-                      _JournaldRenderer(sink.native, _state.identifier)]
-    elif resolved == "json":
-        processors = [*shared, structlog.processors.TimeStamper(fmt="iso", utc=True),
-                      # Never show_locals: a frame's locals may hold the API key.
-                      structlog.processors.ExceptionRenderer(
-                          structlog.tracebacks.ExceptionDictTransformer(show_locals=False)),
-                      structlog.processors.JSONRenderer(default=str)]
-    else:
-        processors = [*shared, structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
-                      structlog.dev.ConsoleRenderer(colors=_state.colors)]
+    processors = _processors(resolved, sink)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_state.min_level),

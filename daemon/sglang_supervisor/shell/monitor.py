@@ -139,9 +139,9 @@ class ThroughputMonitor:
         on_passive_tps: Callable[[float], None] | None = None,
         decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL,
     ):
-        """Long because: it declares every field of the monitor's state with the comment that says why
-        it exists (idle and stuck detection, passive rates, STATUS= history, the metrics it feeds);
-        the fields are the loop's state and belong together.
+        """Long because: its signature alone is twenty collaborators and settings, one a line, and
+        the body declares every field of the loop's state (baseline, samples, idle and stuck
+        detection, passive rates, STATUS= hooks) in one place; there is no step to name.
         """
         self.base_url = base_url.rstrip("/")
         self.settings = settings

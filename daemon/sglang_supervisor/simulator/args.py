@@ -332,9 +332,10 @@ def resolve(
 ) -> SimConfig:
     """Turn parsed flags into the simulated engine's settings (pure).
 
-    Long because: it maps every parsed flag onto SimConfig in one constructor call and applies
-    SGLang's own start-up checks in SGLang's order (tp, nnodes, node rank, dist-init address,
-    speculative defaults, deprecated aliases); the fields are a table.
+    Long because: it derives every setting SGLang derives at start-up (the tp and node checks,
+    speculative defaults, max running requests, context length, the resolved server_args, the
+    deprecated aliases given) and builds the throughput profile and SimConfig from them, one
+    constructor each; the derived values feed both, field by field.
     """
     get = vars(ns).get
     model_path: str = ns.model_path

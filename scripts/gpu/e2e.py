@@ -1283,9 +1283,13 @@ class E2E:
         other process is on it, decode still runs CUDA graphs, nothing else is queued. The policy
         (regression.py) must then restart the same profile once, find it still slow, try the next
         profile, and keep whichever probes faster."""
-        need = 280 if self.real else 60
-        if self.left() < need:
-            self.skip("s12_unexplained", f"budget: {self.left():.0f} s left, {need} s needed")
+        if not self.real:
+            # The simulator paces tokens against its own schedule: a stopped process catches up
+            # afterwards, so a stutter does not slow its decode (tried: no decision in 120 s).
+            self.skip("s12_unexplained", "needs the GPU machine")
+            return
+        if self.left() < 280:
+            self.skip("s12_unexplained", f"budget: {self.left():.0f} s left, 280 s needed")
             return
         profiles = [{"name": "decode-graphs", "description": "Decode CUDA graphs, prefill eager."},
                     {"name": "eager", "description": "No CUDA graphs.",
@@ -1295,8 +1299,7 @@ class E2E:
                              "cooldown_s": 3600, "act_on_regression": True, "max_new_tokens": 64})
         sup = SupervisorRun(self.o.python, cfg, self.work / "unexplained", "unexplained")
         stutter = Stutter(lambda: [p["pid"] for p in descendants(sup.proc.pid)
-                                   if p["comm"].startswith("sglang::sched") or "sglang::scheduler" in p["cmd"]
-                                   or (not self.real and "simulator" in p["cmd"])])
+                                   if p["comm"].startswith("sglang::sched") or "sglang::scheduler" in p["cmd"]])
         res: dict[str, Any] = {"stutter": {"stop_s": STUTTER_STOP_S, "run_s": STUTTER_RUN_S}}
         checks: list[dict[str, Any]] = []
         try:

@@ -63,8 +63,9 @@ LEGACY_KINDS = {
 }
 PREFILL_DISABLED_KEY = "prefill CUDA graph"
 PREFILL_DISABLED_LINE = "Disable prefill CUDA graph because"  # every rank, from 0.5.14 (engine/graphs)
+# `... because REASON`, and 0.5.14's `... for EAGLE target on tc_piecewise ...` (engine/graphs).
 PREFILL_DISABLED = re.compile(
-    "(?:" + PREFILL_DISABLED_LINE + r" (?P<reason>.*)"
+    r"(?:Disable prefill CUDA graph (?:because |(?=for EAGLE target ))(?P<reason>.*)"
     r"|Breakable CUDA graph is incompatible with (?P<incompat>.*?); disabling prefill CUDA graph)"
 )
 # tqdm frames redrawn with \r while loading and capturing.

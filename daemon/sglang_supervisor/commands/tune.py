@@ -1,5 +1,9 @@
 """`sglang-supervisor tune`: start each profile, wait for ready, probe it, stop it, rank them.
 
+Ready and failed mean what they mean to the daemon (core/trial: its ready gate over every
+expected CUDA graph capture and the ready line, its deadlines, its failure ranker), so a profile
+tune ranks is one `run` accepts, and a failure is named as `run` would name it.
+
 The ranking (fastest working profile first) is persisted in the state directory under the same
 deployment fingerprint `run` computes, and the winner is marked last-known-good there, so the next
 `run` starts with it. Progress goes to stderr as it happens; the table (or JSON) to stdout.

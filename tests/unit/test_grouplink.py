@@ -72,6 +72,8 @@ def test_the_dummy_server_line_marks_the_node_up_only_as_a_log_line() -> None:
 WORKER_READY_LINES = [
     ("0.5.3", "Starting dummy health check server at 0.0.0.0:30000"),
     ("0.5.3", "Dummy health check server scheduled on existing loop at 0.0.0.0:30000"),
+    ("0.5.4", "Starting dummy health check server at 0.0.0.0:30000"),
+    ("0.5.4", "Dummy health check server scheduled on existing loop at 0.0.0.0:30000"),
     ("0.5.5", "Dummy health check server started in background thread at 0.0.0.0:30000"),
     ("0.5.9", "Dummy health check server started in background thread at 10.0.0.2:30000"),
     ("0.5.12", "Dummy health check server started in background thread at [::]:30000"),

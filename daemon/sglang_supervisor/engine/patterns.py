@@ -277,7 +277,7 @@ SECRET_ARG_KEYS = ("api_key", "secret", "password", "hf_token")
 
 # -- multi-node worker (--nnodes > 1, --node-rank > 0) -------------------------------------------
 # SGLang's worker launcher logs this once all its schedulers are ready (after their captures),
-# as `launch_dummy_health_check_server` starts: 0.5.1-0.5.3 `Starting dummy health check server
+# as `launch_dummy_health_check_server` starts: up to 0.5.4 `Starting dummy health check server
 # at H:P` (`Dummy health check server scheduled on existing loop at H:P` inside a running loop),
 # 0.5.5 and later (0.5.13, 0.5.17, 0.5.23 checked) `Dummy health check server started in
 # background thread at H:P`. Not `... stopped at` nor `... failed to start`: the server is gone.

@@ -340,7 +340,7 @@ class Launcher:
         whatever the ranks do (a dead rank is seen only by its process being gone)."""
         cfg = self.cfg
         loop = asyncio.get_running_loop()
-        # The wording of every release the simulator emulates (0.5.5 and later; 0.5.1-0.5.3 said
+        # The wording of every release the simulator emulates (0.5.5 and later; 0.5.4 and before said
         # `Starting dummy health check server at`), logged as the server's thread starts; the
         # address as SGLang's NetworkAddress.to_host_port_str writes it (IPv6 in brackets).
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host

@@ -125,7 +125,18 @@ class _Watch:
     def feed(self, data: bytes) -> None:
         now = time.monotonic()
         self.trial.output(now)
-        for line in self.splitter.feed(data):
+        self._lines(self.splitter.feed(data), now)
+
+    def finish(self) -> None:
+        """End of the engine's log: its last partial line, and a traceback block still open
+        (the parser classifies a block once it ends), as the daemon's log pump does."""
+        now = time.monotonic()
+        self._lines(self.splitter.flush(), now)
+        for ev in self.parser.finish():
+            self.trial.feed(ev, now)
+
+    def _lines(self, lines: list[str], now: float) -> None:
+        for line in lines:
             self.tail.append(line)
             for ev in self.parser.feed_line(line):
                 self.trial.feed(ev, now)
@@ -135,7 +146,7 @@ class _Watch:
         self.trial.output(time.monotonic())
 
 
-async def _drain(fd: int, feed: Callable[[bytes], None]) -> None:
+async def _drain(fd: int, feed: Callable[[bytes], None], eof: Callable[[], None] | None = None) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     pipe = os.fdopen(fd, "rb", buffering=0)  # the transport closes it
@@ -145,13 +156,16 @@ async def _drain(fd: int, feed: Callable[[bytes], None]) -> None:
     try:
         while chunk := await reader.read(65536):
             feed(chunk)
+        if eof is not None:
+            eof()
     finally:
         transport.close()
 
 
 async def _pump(proc: EngineProcess, watch: _Watch) -> None:
     """SGLang's own log (stderr) is parsed; its stdout is drained so that the engine never blocks."""
-    await asyncio.gather(_drain(proc.stderr_fd, watch.feed), _drain(proc.stdout_fd, watch.touch))
+    await asyncio.gather(_drain(proc.stderr_fd, watch.feed, watch.finish),
+                         _drain(proc.stdout_fd, watch.touch))
 
 
 def deadlines(config: Config) -> Deadlines:
@@ -160,9 +174,16 @@ def deadlines(config: Config) -> Deadlines:
     return Deadlines(start_s=s.start_s, stall_s=s.stall_s, grace_s=s.failure_grace_s)
 
 
-async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config) -> tuple[str, str | None] | None:
+# How long the engine's last lines may take to arrive once its processes are gone (the daemon's
+# EOF_GRACE_S).
+LAST_LINES_S = 3.0
+
+
+async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config,
+                      pump: asyncio.Task[None]) -> tuple[str, str | None] | None:
     """None when ready (the daemon's ready gate), else (the failure class the daemon would
-    decide, the line that says so)."""
+    decide, the line that says so). As the daemon, it classifies only after the engine's output
+    ended: its last lines (a traceback) often come after the exit is seen."""
     limits = deadlines(config)
     trial = watch.trial
     while True:
@@ -172,8 +193,9 @@ async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config) -> tup
         if decision.step is not Step.WAIT:
             break
         await asyncio.sleep(0.1)
-    if decision.step is Step.STOP:
-        await proc.stop(config.timeouts.drain_s, config.timeouts.kill_s)
+    # A STOP ends the engine; after an EXIT its children may still hold the pipes.
+    await proc.stop(config.timeouts.drain_s, config.timeouts.kill_s)
+    await asyncio.wait({pump}, timeout=LAST_LINES_S)
     failure, detail = trial.failure(proc.returncode, decision)
     return failure.value, detail
 
@@ -204,7 +226,7 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
 
     sampler = asyncio.create_task(sample_gpu())
     try:
-        failed = await _wait_ready(proc, watch, config)
+        failed = await _wait_ready(proc, watch, config, pump)
         startup = time.monotonic() - began
         capture = (
             trial.capture_end - trial.capture_begin

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from sglang_supervisor.engine.argv import parse_flags
+from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.simulator.args import active_faults, load_config
 from sglang_supervisor.simulator.logfmt import line, progress_frames, rank_prefix, uvicorn_line
 from sglang_supervisor.simulator.startup import Step, rank_script
@@ -194,3 +198,37 @@ def test_progress_frames_are_cr_separated_and_end_the_line() -> None:
     assert all(text.endswith("\r") for _, text in frames[:-1])
     assert frames[-1][1].endswith("100%|██████████| 2/2 [00:02<00:00,  1.00s/it]\n")
     assert sum(delay for delay, _ in frames) == 2.0
+
+
+PLAIN = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000"]
+
+
+def _modern_versions() -> list[str]:
+    from sglang_supervisor.engine.sglang import PER_PHASE_GRAPHS, at_least, known_versions
+
+    return [v for v in known_versions() if at_least(v, PER_PHASE_GRAPHS)]
+
+
+@pytest.mark.parametrize("version", _modern_versions())
+def test_the_default_prefill_graph_is_the_one_engine_graphs_expects(version: str) -> None:
+    """Default flags: the simulator captures the target prefill graph with the backend that
+    engine/graphs (the READY gate's truth) says this release uses; 0.5.14's is tc_piecewise."""
+    verdict = graph_phases(parse_flags(PLAIN), version, None)[1]
+    steps = script(PLAIN, env={"SGLANG_SIM_VERSION": version})
+    begins = [t for t in logs(steps) if t.startswith("Capture target prefill CUDA graph begin.")]
+    assert verdict.on and len(begins) == 1
+    assert f"backend={verdict.backend}," in begins[0]
+    assert "Capture target prefill end" in captures(steps)
+
+
+def test_0_5_14_eagle_target_skips_its_tc_piecewise_prefill_graph_on_every_rank() -> None:
+    """Real 0.5.14 (model_runner.init_prefill_cuda_graph, #28386): an EAGLE/NEXTN target on
+    tc_piecewise logs why instead of capturing, on each rank; breakable captures."""
+    env = {"SGLANG_SIM_VERSION": "0.5.14"}
+    for rank in (0, 1):
+        steps = script(NEXTN, rank, env)
+        assert "Capture target prefill begin" not in captures(steps)
+        assert any(t.startswith("Disable prefill CUDA graph for EAGLE target on tc_piecewise")
+                   for t in logs(steps))
+    steps = script([*NEXTN, "--cuda-graph-backend-prefill", "breakable"], 0, env)
+    assert "Capture target prefill end" in captures(steps)

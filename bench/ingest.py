@@ -15,8 +15,8 @@ from pathlib import Path
 
 from common import ROOT, Dist, Row, Section, fmt_dist
 
-from sglang_supervisor import logsetup
-from sglang_supervisor.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.shell import logsetup
+from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200"
 
@@ -45,7 +45,7 @@ def build_corpus(path: Path, min_lines: int, startup_heavy: bool = False) -> int
 
 
 def _splitter_parser() -> tuple[object, object]:
-    from sglang_supervisor import logwatch
+    from sglang_supervisor.core import logwatch
 
     return logwatch.LineSplitter(), logwatch.LogParser()
 

@@ -748,8 +748,8 @@ class E2E:
     def hand_launch(self, cfg: dict[str, Any], pipe: bool = False, profile: str = "graphs",
                     log_name: str | None = None, runs: int | None = None) -> dict[str, Any]:
         """The same argv and environment the supervisor renders, started by hand."""
-        from sglang_supervisor.config import parse_config
-        from sglang_supervisor.profiles import render
+        from sglang_supervisor.core.config import parse_config
+        from sglang_supervisor.core.profiles import render
         cfg = json.loads(json.dumps(cfg))
         port = free_port()
         cfg["engine"]["port"] = port
@@ -1000,8 +1000,8 @@ class E2E:
                                     port=free_port(), metrics_port=free_port(), workdir=work, sim_env=sim_env,
                                     drop=self.seed_drop())
         numbers: dict[str, Any] = {"model_made": made, "adaptations": seedshape.adaptations(cfg)}
-        from sglang_supervisor.config import parse_config
-        from sglang_supervisor.profiles import render
+        from sglang_supervisor.core.config import parse_config
+        from sglang_supervisor.core.profiles import render
         parsed = parse_config(yaml.safe_dump(cfg), "seed.yaml")
         numbers["rendered"] = {p.name: render(parsed, p.name, SGLANG_VERSION, python=self.o.engine_python).argv[3:]
                                for p in parsed.profiles}
@@ -1554,7 +1554,9 @@ def _findings(doc: Any) -> list[str]:
     out = []
     for f in items if isinstance(items, list) else []:
         if isinstance(f, dict):
-            out.append(f"{f.get('severity', '?')}: {f.get('code', '')}: {f.get('what', '')}"[:160])
+            # The profile a finding belongs to: two profiles' graph findings look alike without it.
+            where = f" [{f['profile']}]" if f.get("profile") else ""
+            out.append(f"{f.get('severity', '?')}: {f.get('code', '')}{where}: {f.get('what', '')}"[:160])
     return out[:20]
 
 

@@ -4,11 +4,15 @@ Copied unchanged in behaviour from the project notes tools/sglang-gpu/make_tiny_
 that made the model behind tests/fixtures/sglang-0.5.17-h200/): 2 layers, hidden 256, vocab 1024.
 Usage: python3 make_tiny_qwen3.py OUT_DIR
 """
-import json, os, sys
+import json
+import os
+import sys
+
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, processors
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config
+
 corpus = ["The quick brown fox jumps over the lazy dog. " * 4, "Hello world, this is a tiny test model for SGLang.",
           "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ !?.,;:'\"()[]{}<>-_=+*/\\|@#$%^&~`"] * 50
 special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -3,6 +3,7 @@
 They only extend an isinstance() list for the draft-extend graph check; dsa_backend does a bare `import deep_gemm`
 that the pruned overlay lacks. Usage: python3 patch_spec_imports.py SITE_DIR"""
 import sys
+
 p = sys.argv[1] + "/sglang/srt/speculative/eagle_worker_v2.py"
 L = open(p).read().split("\n")
 if any("_specpatch_e" in l for l in L):

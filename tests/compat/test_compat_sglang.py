@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor import profiles
 from sglang_supervisor.commands.doctor import run_argcheck
-from sglang_supervisor.config import load_config
+from sglang_supervisor.core import profiles
+from sglang_supervisor.core.config import load_config
 from sglang_supervisor.engine import sglang as engine
-from sglang_supervisor.engineinfo import is_simulator
+from sglang_supervisor.engine.detect import is_simulator
 
 pytestmark = pytest.mark.compat
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_supervisor.config import Config
+from sglang_supervisor.core.config import Config
 
 pytestmark = pytest.mark.fleet
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from probe_stub import StubEngine
-from sglang_supervisor.gpu import Nvml
-from sglang_supervisor.metrics import SupervisorMetrics
-from sglang_supervisor.monitor import ThroughputMonitor
-from sglang_supervisor.probe import make_shape, probe_many
-from sglang_supervisor.regression import Explained, Reason, RestartSame
+from sglang_supervisor.core.regression import Explained, Reason, RestartSame
+from sglang_supervisor.shell.gpu import Nvml
+from sglang_supervisor.shell.metrics import SupervisorMetrics
+from sglang_supervisor.shell.monitor import ThroughputMonitor
+from sglang_supervisor.shell.probe import make_shape, probe_many
 
 pytestmark = pytest.mark.integration
 

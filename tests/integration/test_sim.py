@@ -21,8 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_supervisor import logwatch
-from sglang_supervisor.events import CaptureBegan, CaptureEnded, EngineFailed
+from sglang_supervisor.core import logwatch
+from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, PrefillGraphDisabled
+from sglang_supervisor.engine.argv import tp_size
+from sglang_supervisor.engine.graphs import expected_captures, settled_by_prefill_off
 
 pytestmark = pytest.mark.integration
 
@@ -471,6 +473,27 @@ def test_openai_routes(sims: list[Sim], tmp_path: Path) -> None:
     assert httpx.post(sim.base + "/flush_cache", timeout=10).status_code == 200
 
 
+def test_request_records_and_access_lines_on_stdout_the_log_on_stderr(sims: list[Sim], tmp_path: Path
+                                                                      ) -> None:
+    # SGLang 0.5.8+: the request logger's own StreamHandler(sys.stdout) and uvicorn's access
+    # handler write to stdout; SGLang's log (ready line, uvicorn's startup) to stderr.
+    sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny", "--log-requests"])
+    sim.wait_log("The server is fired up and ready to roll!")
+    r = httpx.post(sim.base + "/generate", timeout=10,
+                   json={"text": "hello there", "sampling_params": {"max_new_tokens": 2}})
+    assert r.status_code == 200
+    deadline = time.monotonic() + DEADLINE_S
+    while not all(t in sim.out_path.read_bytes() for t in (b"text='hello there'", b"POST /generate")):
+        assert time.monotonic() < deadline, sim.out_path.read_bytes()[-2000:]
+        time.sleep(0.05)
+    out, err = sim.out_path.read_bytes(), sim.log()
+    assert b"] Receive: obj=GenerateReqInput(rid=" in out and b"text='hello there'" in out
+    assert b'"POST /generate HTTP/1.1" 200' in out
+    assert b"Receive: obj=" not in err and b"Finish: obj=" not in err and b"POST /generate" not in err
+    assert b"Uvicorn running on" in err and b"Uvicorn running on" not in out
+    assert b"The server is fired up" not in out
+
+
 def test_idle_server_uses_little_cpu(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, NEXTN)
     sim.wait_log("The server is fired up and ready to roll!")
@@ -493,3 +516,27 @@ def test_idle_server_uses_little_cpu(sims: list[Sim], tmp_path: Path) -> None:
     share = used / (time.monotonic() - t0)
     print(f"idle CPU of the simulated server's process group: {share:.2%} of one core")
     assert share < 0.05
+
+
+@pytest.mark.parametrize(
+    ("version", "extra"),
+    [("0.5.14", []), ("0.5.14", ["--tp-size", "2", "--speculative-algorithm", "NEXTN"]),
+     ("0.5.17", ["--tp-size", "2"]), ("0.5.23", ["--cuda-graph-backend-prefill", "disabled"]),
+     ("0.5.23", ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"])],
+)
+def test_the_ready_gate_is_settled_by_what_the_engine_logs(sims: list[Sim], tmp_path: Path, version: str,
+                                                          extra: list[str]) -> None:
+    """engine/graphs' expected captures, per rank, are each ended or settled by a `Disable prefill
+    CUDA graph because` line of that rank by the time the engine says it is ready."""
+    argv = [*FIXTURE_FLAGS, *extra]
+    sim = start(sims, tmp_path, argv, {"SGLANG_SIM_VERSION": version})
+    sim.wait_log("The server is fired up and ready to roll!")
+    events = sim.events(version)
+    ended = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
+    off = [e.rank for e in events if isinstance(e, PrefillGraphDisabled)]
+    expected = expected_captures(argv, version, tp_size(argv))
+    assert expected
+    missing = [(c.owner, c.phase, r) for c in expected for r in c.ranks
+               if (c.owner, c.phase, r) not in ended
+               and not any(settled_by_prefill_off(c.phase, r, by) for by in off)]
+    assert missing == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.process import group_members
+from sglang_supervisor.shell.process import group_members
 from supervised import (
     DEADLINE_S,
     Daemon,

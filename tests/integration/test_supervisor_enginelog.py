@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.enginelog import (
+from sglang_supervisor.core.events import (
+    CaptureProgress,
+    DeprecatedFlag,
+    EngineEvent,
+    EngineFailed,
+    FailureClass,
+    ServerReady,
+)
+from sglang_supervisor.shell.enginelog import (
     PRIORITY_ERROR,
     PRIORITY_INFO,
     PRIORITY_WARNING,
@@ -18,14 +26,6 @@ from sglang_supervisor.enginelog import (
     EngineLogPump,
     RotatingByteLog,
     StreamRedactor,
-)
-from sglang_supervisor.events import (
-    CaptureProgress,
-    DeprecatedFlag,
-    EngineEvent,
-    EngineFailed,
-    FailureClass,
-    ServerReady,
 )
 
 pytestmark = pytest.mark.integration

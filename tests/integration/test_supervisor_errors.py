@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_supervisor.config import parse_config
-from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.policy import Input, Launched
-from sglang_supervisor.process import group_members
-from sglang_supervisor.supervisor import Options, Supervisor, prepare
+from sglang_supervisor.core.config import parse_config
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.inputs import Input, Launched
+from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare
 from supervised import DEADLINE_S, base_config
 
 pytestmark = pytest.mark.integration

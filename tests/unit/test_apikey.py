@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_supervisor.apikey import read_api_key, remove_secret_config, write_secret_config
-from sglang_supervisor.config import ConfigError, EngineSettings
+from sglang_supervisor.core.config import ConfigError, EngineSettings
+from sglang_supervisor.shell.apikey import read_api_key, remove_secret_config, write_secret_config
 
 
 def engine(**kw: str) -> EngineSettings:

@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_supervisor.apikey import read_api_key
-from sglang_supervisor.config import ConfigError, EngineSettings
-from sglang_supervisor.fleet import read_gateway_key
-from sglang_supervisor.secretforms import api_key_problem
+from sglang_supervisor.core.config import ConfigError, EngineSettings
+from sglang_supervisor.core.secretforms import api_key_problem
+from sglang_supervisor.shell.apikey import read_api_key
+from sglang_supervisor.shell.fleet import read_gateway_key
 
 BAD = ["sk-0123456789abcdef-é", "sk-0123456789abcdef\x01x", "sk-0123456789abcdef\x7fx",
        "sk-0123456789\tabcdef"]
@@ -52,8 +52,8 @@ def test_check_refuses_a_gateway_key_that_run_would_refuse(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str) -> None:
     # Everything `check` accepts, `run` can execute: `run` reads gateway.api_key_file at start.
     from sglang_supervisor import cli
-    from sglang_supervisor.config import default_demo_config_path
-    from sglang_supervisor.exitcodes import ExitCode
+    from sglang_supervisor.core.config import default_demo_config_path
+    from sglang_supervisor.core.exitcodes import ExitCode
 
     key = tmp_path / "gw-key"
     key.write_text(content + "\n", encoding="utf-8")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.modelinfo import ModelInfoError, parse_model_config, read_model_dir
+from sglang_supervisor.engine.modelinfo import ModelInfoError, parse_model_config, read_model_dir
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3.6-27b-like"
 

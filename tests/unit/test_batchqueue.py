@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from sglang_supervisor.batchqueue import BatchQueue
+from sglang_supervisor.shell.batchqueue import BatchQueue
 
 
 def test_batches_come_out_as_one_list_in_order() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_supervisor.config import (
+from sglang_supervisor.core.config import (
     MAX_CONFIG_BYTES,
     MAX_PROBLEM_CHARS,
     MAX_PROBLEMS,

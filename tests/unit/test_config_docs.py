@@ -10,8 +10,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from sglang_supervisor.config import Config
-from sglang_supervisor.events import FailureClass
+from sglang_supervisor.core.config import Config
+from sglang_supervisor.core.events import FailureClass
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md"
 ROW = re.compile(r"^\| `([^`]+)` \| ([^|]+) \|", re.MULTILINE)

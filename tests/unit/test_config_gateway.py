@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_supervisor.config import Config, ConfigError, parse_config
-from sglang_supervisor.supervisor import gateway_key
+from sglang_supervisor.core.config import Config, ConfigError, parse_config
+from sglang_supervisor.shell.supervisor import gateway_key
 
 BASE = {"engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "org/m"},
         "profiles": [{"name": "first"}]}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor.enginehttp import (
+from sglang_supervisor.shell.enginehttp import (
     EngineAnswerError,
     Problem,
     bounded_lines,
@@ -21,7 +21,7 @@ from sglang_supervisor.enginehttp import (
     parse_json,
     parse_json_object,
 )
-from sglang_supervisor.probe import check_health, parse_engine_metrics, probe_once, stream_stats
+from sglang_supervisor.shell.probe import check_health, parse_engine_metrics, probe_once, stream_stats
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.enginelog import LogWriteState, RotatingByteLog
+from sglang_supervisor.shell.enginelog import LogWriteState, RotatingByteLog
 
 
 class Disk:

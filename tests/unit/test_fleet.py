@@ -14,10 +14,10 @@ import httpx
 import structlog
 from prometheus_client import CollectorRegistry
 
-from sglang_supervisor.config import GatewaySettings
-from sglang_supervisor.fleet import RECORD_FILE, GatewayAgent
-from sglang_supervisor.gateway import GatewayClient
-from sglang_supervisor.rotation import Registration
+from sglang_supervisor.core.config import GatewaySettings
+from sglang_supervisor.core.rotation import Registration
+from sglang_supervisor.shell.fleet import RECORD_FILE, GatewayAgent
+from sglang_supervisor.shell.gateway import GatewayClient
 
 WID = "266e4c64-98d9-488e-ae16-e4ab2644efa4"
 ENGINE = "http://127.0.0.1:30000"

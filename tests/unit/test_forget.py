@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sglang_supervisor.cli import main
-from sglang_supervisor.state import StateStore
+from sglang_supervisor.shell.state import StateStore
 
 FP = "0123456789abcdef"
 

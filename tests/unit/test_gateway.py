@@ -11,7 +11,13 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from sglang_supervisor.gateway import GatewayAnswer, GatewayClient, parse_add, parse_remove, parse_workers
+from sglang_supervisor.shell.gateway import (
+    GatewayAnswer,
+    GatewayClient,
+    parse_add,
+    parse_remove,
+    parse_workers,
+)
 
 WID = "266e4c64-98d9-488e-ae16-e4ab2644efa4"
 # What sglang-router 0.3.2 answers (captured from the real gateway).

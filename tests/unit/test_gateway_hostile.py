@@ -11,9 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from sglang_supervisor import gateway, rotation
-from sglang_supervisor.config import GatewaySettings
-from sglang_supervisor.fleet import RECORD_FILE, GatewayAgent, read_gateway_key
+from sglang_supervisor.core import rotation
+from sglang_supervisor.core.config import GatewaySettings
+from sglang_supervisor.shell import gateway
+from sglang_supervisor.shell.fleet import RECORD_FILE, GatewayAgent, read_gateway_key
 
 # Within the 1 MiB cap, deep enough that json.loads raises RecursionError (not a ValueError).
 DEEP = b"[" * 200_000 + b"]" * 200_000

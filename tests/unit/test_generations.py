@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_supervisor import cli
-from sglang_supervisor.logruns import scan_runs
-from sglang_supervisor.logwatch import LogParser, summarize
+from sglang_supervisor.core.logruns import scan_runs
+from sglang_supervisor.core.logwatch import LogParser, summarize
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GENERATIONS = sorted((FIXTURES / "generations").glob("*.log"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sglang_supervisor import gpu
+from sglang_supervisor.shell import gpu
 
 
 class FakeNVMLError(Exception):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.events import CaptureEnded, ServerArgsSeen, ServerReady
-from sglang_supervisor.logwatch import parse_bytes, summarize
+from sglang_supervisor.core.events import CaptureEnded, ServerArgsSeen, ServerReady
+from sglang_supervisor.core.logwatch import parse_bytes, summarize
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-supervised"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sglang_supervisor.events import FailureClass
-from sglang_supervisor.group import (
+from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.core.group import (
     ExitGroup,
     Follow,
     GroupSettings,

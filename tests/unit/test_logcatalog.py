@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.events import (
+from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
     CaptureProgress,
@@ -26,7 +26,7 @@ from sglang_supervisor.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
-from sglang_supervisor.logwatch import parse_lines
+from sglang_supervisor.core.logwatch import parse_lines
 
 CATALOG = Path(__file__).resolve().parents[2] / "daemon" / "sglang_supervisor" / "engine" / "logcatalog.json"
 DOC = json.loads(CATALOG.read_text(encoding="utf-8"))

@@ -16,8 +16,8 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor import logsetup
-from sglang_supervisor.logsetup import (
+from sglang_supervisor.shell import logsetup
+from sglang_supervisor.shell.logsetup import (
     configure_logging,
     encode_journal_fields,
     journal_field_name,

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_supervisor import cli
-from sglang_supervisor.events import EngineCrashed, EngineFailed, FailureClass, ServerReady
-from sglang_supervisor.logwatch import parse_bytes, parse_lines, root_failure, summarize
+from sglang_supervisor.core.events import EngineCrashed, EngineFailed, FailureClass, ServerReady
+from sglang_supervisor.core.logwatch import parse_bytes, parse_lines, root_failure, summarize
 from sglang_supervisor.simulator import reqlog
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-log-requests"

@@ -12,10 +12,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor import logwatch
+from sglang_supervisor.core import logwatch
+from sglang_supervisor.core.events import DecodeStats, EngineEvent, PrefillStats
+from sglang_supervisor.core.logwatch import TRUNCATED_MARK, LineSplitter, LogParser
 from sglang_supervisor.engine import patterns as P
-from sglang_supervisor.events import DecodeStats, EngineEvent, PrefillStats
-from sglang_supervisor.logwatch import TRUNCATED_MARK, LineSplitter, LogParser
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
 

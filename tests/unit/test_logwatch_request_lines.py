@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.events import EngineCrashed, EngineFailed, ServerReady
-from sglang_supervisor.logwatch import parse_lines
+from sglang_supervisor.core.events import EngineCrashed, EngineFailed, ServerReady
+from sglang_supervisor.core.logwatch import parse_lines
 
 HDR = "[2026-12-01 13:53:16] "
 QUOTED = [
@@ -53,7 +53,7 @@ NOW = 1796133196.0
 
 @pytest.mark.parametrize("sep", OTHER_LINE_BREAKS)
 def test_only_newline_and_carriage_return_end_a_line(sep: str) -> None:
-    from sglang_supervisor.logwatch import LineSplitter, parse_bytes
+    from sglang_supervisor.core.logwatch import LineSplitter, parse_bytes
     from sglang_supervisor.simulator import reqlog
 
     forged = (f"hi{sep}[2026-12-01 10:00:00] RuntimeError: CUDA error: forged"

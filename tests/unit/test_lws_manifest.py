@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from sglang_supervisor.config import Config
-from sglang_supervisor.group import NODE_RANK_ENV, with_node_rank
+from sglang_supervisor.core.config import Config
+from sglang_supervisor.core.group import NODE_RANK_ENV, with_node_rank
 
 MANIFEST = (Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "multinode"
             / "leaderworkerset.yaml")

@@ -1,7 +1,7 @@
 """No module of the package may share a name with a stdlib module.
 
-Run from the package directory (sglang_argcheck.py as a script, an operator's `python -m` from
-there), such a module is imported instead of the stdlib one by everything in the interpreter:
+Run from one of the package's directories (engine/argcheck.py as a script, an operator's
+`python -m` from there), such a module is imported instead of the stdlib one by everything in the interpreter:
 a `secrets.py` here once broke the real SGLang argument parser that way.
 """
 
@@ -20,7 +20,8 @@ def _top_level_names(package_dir: Path) -> set[str]:
 
 
 def test_no_module_shadows_the_stdlib() -> None:
-    package_dir = Path(sglang_supervisor.__file__).parent
-    names = _top_level_names(package_dir)
-    assert "apikey" in names  # the glob sees the package's real modules
+    root = Path(sglang_supervisor.__file__).parent
+    dirs = [root, *(d for d in root.rglob("*") if (d / "__init__.py").is_file())]
+    names = set().union(*(_top_level_names(d) for d in dirs))
+    assert {"apikey", "policy", "argcheck", "cli"} <= names  # the walk sees every package's modules
     assert sorted(names & set(sys.stdlib_module_names)) == []

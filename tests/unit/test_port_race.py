@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.events import EngineFailed, FailureClass
-from sglang_supervisor.logwatch import parse_lines
+from sglang_supervisor.core.events import EngineFailed, FailureClass
+from sglang_supervisor.core.logwatch import parse_lines
 
 # What the engine prints when its port was taken after the supervisor's preflight, per source.
 PORT_RACE_LOGS: dict[str, list[str]] = {

@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from sglang_supervisor import ports
+from sglang_supervisor.shell import ports
 
 
 def test_bind_error_names_a_taken_port_and_not_a_free_one() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_supervisor.probe import (
+from sglang_supervisor.shell.probe import (
     DEFAULT_SHAPE,
     EngineLoad,
     build_prompt,

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from sglang_supervisor import cli
-from sglang_supervisor import probe as probe_mod
 from sglang_supervisor.commands import probe as cmd
+from sglang_supervisor.shell import probe as probe_mod
 
 
 def _sse_engine(seen: dict[str, Any]) -> httpx.MockTransport:

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from sglang_supervisor import monitor as monitor_mod
-from sglang_supervisor.events import DecodeStats
-from sglang_supervisor.gpu import Nvml
-from sglang_supervisor.metrics import SupervisorMetrics
-from sglang_supervisor.monitor import ThroughputMonitor
-from sglang_supervisor.probe import EngineMetrics, ProbeResult
-from sglang_supervisor.regression import Explained, Reason, Remediation, RestartSame, TryNextProfile
+from sglang_supervisor.core.events import DecodeStats
+from sglang_supervisor.core.regression import Explained, Reason, Remediation, RestartSame, TryNextProfile
+from sglang_supervisor.shell import monitor as monitor_mod
+from sglang_supervisor.shell.gpu import Nvml
+from sglang_supervisor.shell.metrics import SupervisorMetrics
+from sglang_supervisor.shell.monitor import ThroughputMonitor
+from sglang_supervisor.shell.probe import EngineMetrics, ProbeResult
 
 
 @dataclass

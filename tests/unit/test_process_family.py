@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_supervisor.process import ENGINE_TAG_VAR, EngineFamily, parse_stat
+from sglang_supervisor.shell.process import ENGINE_TAG_VAR, EngineFamily, parse_stat
 
 ME = 10  # the supervisor
 LEADER = 100  # the engine: its own session and group

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.config import ConfigError, load_config, parse_config
-from sglang_supervisor.engineinfo import detect_engine_version, engine_interpreter
-from sglang_supervisor.profiles import (
+from sglang_supervisor.core.config import ConfigError, load_config, parse_config
+from sglang_supervisor.core.profiles import (
     REDACTED,
     command_hash,
     config_problems,
@@ -22,6 +21,7 @@ from sglang_supervisor.profiles import (
     render_all,
     shell_format,
 )
+from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "etc" / "sglang-supervisor" / "qwen.yaml"

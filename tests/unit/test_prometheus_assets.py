@@ -15,8 +15,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor.gpu import GpuInfo, GpuProcess
-from sglang_supervisor.metrics import GpuCollector, SupervisorMetrics
+from sglang_supervisor.shell.gpu import GpuInfo, GpuProcess
+from sglang_supervisor.shell.metrics import GpuCollector, SupervisorMetrics
 from tiers import require
 
 ROOT = Path(__file__).resolve().parents[2]

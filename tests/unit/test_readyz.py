@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from sglang_supervisor.metrics import MetricsServer, SupervisorMetrics
-from sglang_supervisor.rotation import Verdict
+from sglang_supervisor.core.rotation import Verdict
+from sglang_supervisor.shell.metrics import MetricsServer, SupervisorMetrics
 
 
 def serve(**providers: Any) -> dict[str, tuple[int, Any]]:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from sglang_supervisor.reaper import ProcEntry, Reaper, parse_stat, read_proc, zombies_to_reap
+from sglang_supervisor.shell.reaper import ProcEntry, Reaper, parse_stat, read_proc, zombies_to_reap
 
 
 def test_parse_stat_handles_names_with_parens_and_spaces() -> None:

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from sglang_supervisor.gpu import ForeignProcess, GpuInfo
-from sglang_supervisor.regression import (
+from sglang_supervisor.core.regression import (
     Evaluation,
     Explained,
     Fingerprint,
@@ -27,6 +26,7 @@ from sglang_supervisor.regression import (
     is_regressed,
     updated_baseline,
 )
+from sglang_supervisor.shell.gpu import ForeignProcess, GpuInfo
 
 S = PolicySettings(delta=0.15, window=3, baseline_runs=3, cooldown_s=600.0)
 GOOD = [100.0, 101.0, 99.0]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.config import Config
-from sglang_supervisor.reloadplan import changed_keys, refusal_reason, refused_keys
+from sglang_supervisor.core.config import Config
+from sglang_supervisor.core.reloadplan import changed_keys, refusal_reason, refused_keys
 
 BASE = Config.model_validate({
     "engine": {"command": ["python3"], "model_path": "org/m", "args": {"tp-size": 2}},

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sglang_supervisor.rotation import (
+from sglang_supervisor.core.rotation import (
     PLANNED_STOPS,
     Registration,
     backoff_s,

@@ -12,13 +12,14 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor import cli, logsetup
-from sglang_supervisor.apikey import read_api_key
-from sglang_supervisor.config import ConfigError, EngineSettings
-from sglang_supervisor.enginelog import StreamRedactor
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.logwatch import LogParser
-from sglang_supervisor.secretforms import MIN_API_KEY_LEN, api_key_problem, escaped_forms
+from sglang_supervisor import cli
+from sglang_supervisor.core.config import ConfigError, EngineSettings
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.logwatch import LogParser
+from sglang_supervisor.core.secretforms import MIN_API_KEY_LEN, api_key_problem, escaped_forms
+from sglang_supervisor.shell import logsetup
+from sglang_supervisor.shell.apikey import read_api_key
+from sglang_supervisor.shell.enginelog import StreamRedactor
 from sglang_supervisor.simulator import reqlog
 
 # A key with every character an escaping changes: quote, backslash, URL specials, non-ASCII.
@@ -90,7 +91,7 @@ def test_short_keys_are_refused_with_the_fix(tmp_path: Path, key: str) -> None:
 
 
 def test_check_exits_78_for_a_short_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from sglang_supervisor.config import default_demo_config_path
+    from sglang_supervisor.core.config import default_demo_config_path
     key = tmp_path / "key"
     key.write_text("admin\n")
     key.chmod(0o600)

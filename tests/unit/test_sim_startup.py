@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from sglang_supervisor.engine.argv import parse_flags
+from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.simulator.args import active_faults, load_config
 from sglang_supervisor.simulator.logfmt import line, progress_frames, rank_prefix, uvicorn_line
 from sglang_supervisor.simulator.startup import Step, rank_script
@@ -202,7 +206,7 @@ def test_sbo_on_an_sm90_gpu_fails_at_scheduler_start_as_real_0517_does() -> None
     SM 9.0 does the same, and the supervisor's parser reads both as the same failure."""
     from pathlib import Path
 
-    from sglang_supervisor.logwatch import parse_bytes, summarize
+    from sglang_supervisor.core.logwatch import parse_bytes, summarize
 
     argv = [*NEXTN, "--enable-single-batch-overlap"]
     steps = script(argv, env={"SGLANG_SIM_GPU_SM": "9.0"})
@@ -226,3 +230,37 @@ def test_sbo_starts_on_other_gpus_and_sm90_without_sbo_starts() -> None:
         steps = script(argv, env=env)
         assert "Capture target verify end" in captures(steps), (argv, env)
         assert steps[-1].kind == "ready"
+
+
+PLAIN = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000"]
+
+
+def _modern_versions() -> list[str]:
+    from sglang_supervisor.engine.sglang import PER_PHASE_GRAPHS, at_least, known_versions
+
+    return [v for v in known_versions() if at_least(v, PER_PHASE_GRAPHS)]
+
+
+@pytest.mark.parametrize("version", _modern_versions())
+def test_the_default_prefill_graph_is_the_one_engine_graphs_expects(version: str) -> None:
+    """Default flags: the simulator captures the target prefill graph with the backend that
+    engine/graphs (the READY gate's truth) says this release uses; 0.5.14's is tc_piecewise."""
+    verdict = graph_phases(parse_flags(PLAIN), version, None)[1]
+    steps = script(PLAIN, env={"SGLANG_SIM_VERSION": version})
+    begins = [t for t in logs(steps) if t.startswith("Capture target prefill CUDA graph begin.")]
+    assert verdict.on and len(begins) == 1
+    assert f"backend={verdict.backend}," in begins[0]
+    assert "Capture target prefill end" in captures(steps)
+
+
+def test_0_5_14_eagle_target_skips_its_tc_piecewise_prefill_graph_on_every_rank() -> None:
+    """Real 0.5.14 (model_runner.init_prefill_cuda_graph, #28386): an EAGLE/NEXTN target on
+    tc_piecewise logs why instead of capturing, on each rank; breakable captures."""
+    env = {"SGLANG_SIM_VERSION": "0.5.14"}
+    for rank in (0, 1):
+        steps = script(NEXTN, rank, env)
+        assert "Capture target prefill begin" not in captures(steps)
+        assert any(t.startswith("Disable prefill CUDA graph for EAGLE target on tc_piecewise")
+                   for t in logs(steps))
+    steps = script([*NEXTN, "--cuda-graph-backend-prefill", "breakable"], 0, env)
+    assert "Capture target prefill end" in captures(steps)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from sglang_supervisor.state import (
+from sglang_supervisor.shell.state import (
     STATE_FILE,
     State,
     StateFormatError,

@@ -14,12 +14,14 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor.config import default_demo_config_path, parse_config
-from sglang_supervisor.events import ServerReady
-from sglang_supervisor.monitor import DEFAULT_DECODE_LOG_INTERVAL
-from sglang_supervisor.policy import EngineExited, Launch, Launched, MarkGood, Phase, ProbeOk, Start
-from sglang_supervisor.process import StopResult
-from sglang_supervisor.supervisor import (
+from sglang_supervisor.core.actions import Launch, MarkGood
+from sglang_supervisor.core.config import default_demo_config_path, parse_config
+from sglang_supervisor.core.events import ServerReady
+from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start
+from sglang_supervisor.core.phases import Phase
+from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
+from sglang_supervisor.shell.process import StopResult
+from sglang_supervisor.shell.supervisor import (
     Options,
     Supervisor,
     _Engine,

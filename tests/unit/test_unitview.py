@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from sglang_supervisor.commands.doctor import fallback_findings, unit_for
-from sglang_supervisor.modelinfo import looks_like_hub_id
-from sglang_supervisor.unitview import (
+from sglang_supervisor.core.unitview import (
     Need,
     UnitSandbox,
     sandbox_from_show,
     shipped_sandbox,
     unit_view_findings,
 )
+from sglang_supervisor.engine.modelinfo import looks_like_hub_id
 
 SHOW = {
     "LoadState": "loaded", "User": "sglang", "ProtectHome": "yes", "ProtectSystem": "strict",

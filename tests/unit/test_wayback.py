@@ -7,22 +7,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from sglang_supervisor.events import EngineFailed, FailureClass, ServerReady
-from sglang_supervisor.policy import (
-    EngineExited,
-    Launch,
-    Launched,
-    Lifecycle,
-    Log,
-    MarkBad,
-    MarkGood,
-    ProbeOk,
-    Settings,
-    Start,
-    ladder_order,
-)
-from sglang_supervisor.state import State, with_bad, with_good
-from sglang_supervisor.wayback import Plan, Policy, backoff_s, is_transient, plan
+from sglang_supervisor.core.actions import Launch, Log, MarkBad, MarkGood
+from sglang_supervisor.core.events import EngineFailed, FailureClass, ServerReady
+from sglang_supervisor.core.failover import ladder_order
+from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Settings, Start
+from sglang_supervisor.core.lifecycle import Lifecycle
+from sglang_supervisor.core.wayback import Plan, Policy, backoff_s, is_transient, plan
+from sglang_supervisor.shell.state import State, with_bad, with_good
 
 H = 3600.0
 DAY = 24 * H

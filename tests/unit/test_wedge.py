@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.wedge import Check, Tally, Verdict, judge
+from sglang_supervisor.core.wedge import Check, Tally, Verdict, judge
 
 H_OK, H_FAIL, P_OK, P_HUNG = Check.HEALTH_OK, Check.HEALTH_FAILED, Check.PROBE_OK, Check.PROBE_HUNG
 

@@ -9,16 +9,16 @@ import argparse
 import json
 import sys
 
-from sglang_supervisor.apikey import read_api_key
-from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.profiles import (
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.profiles import (
     REDACTED,
     RenderedCommand,
     config_problems,
     detect_engine_version,
     render,
 )
+from sglang_supervisor.shell.apikey import read_api_key
 
 
 def _problem_json(p: ConfigProblem) -> dict[str, str]:
@@ -64,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
                 problems += exc.problems
         if not problems and config.gateway.api_key_file is not None:
             # The daemon's module doubles check's start-up time: load it only when needed.
-            from sglang_supervisor.supervisor import gateway_key  # noqa: PLC0415
+            from sglang_supervisor.shell.supervisor import gateway_key  # noqa: PLC0415
 
             try:
                 gateway_key(config)  # `run` reads it at start the same way

@@ -23,12 +23,12 @@ from typing import Any
 import structlog
 import yaml
 
-from sglang_supervisor.config import ConfigError, default_demo_config_path, parse_config
-from sglang_supervisor.engineinfo import detect_engine_version
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.logsetup import configure_logging, shutdown_logging
+from sglang_supervisor.core.config import ConfigError, default_demo_config_path, parse_config
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell.logsetup import configure_logging, shutdown_logging
+from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare
 from sglang_supervisor.simulator.faults import FaultSpecError, parse_fault
-from sglang_supervisor.supervisor import Options, Supervisor, prepare
 
 log = structlog.get_logger("sglang_supervisor")
 

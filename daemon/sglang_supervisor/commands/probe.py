@@ -9,8 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.probe import DEFAULT_SHAPE, ProbeReport, make_shape, probe_many
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.shell.probe import DEFAULT_SHAPE, ProbeReport, make_shape, probe_many
 
 
 def _api_key(args: argparse.Namespace) -> str | None:

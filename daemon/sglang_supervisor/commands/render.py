@@ -7,9 +7,9 @@ import json
 import sys
 import textwrap
 
-from sglang_supervisor.config import Config, ConfigError, ConfigProblem, load_config
-from sglang_supervisor.exitcodes import ExitCode
-from sglang_supervisor.profiles import (
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.profiles import (
     REDACTED,
     RenderedCommand,
     config_problems,

@@ -87,6 +87,12 @@ OOM_TEXT = (
 )
 # Real 0.5.17's reason for the hybrid (Qwen3.5/3.6) MTP draft's prefill graph.
 DRAFT_PREFILL_OFF_HYBRID = "some layers do not apply Standard GQA"
+# Real 0.5.14 (model_runner.init_prefill_cuda_graph), on every rank; NEXTN resolves to EAGLE.
+EAGLE_TARGET_PREFILL_OFF = (
+    "Disable prefill CUDA graph for EAGLE target on tc_piecewise to avoid FP4/MoE decode-replay "
+    "corruption (#28386)."
+)
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN")
 CAPTURE_ERROR_TEXT = (
     "CUDA error: operation not permitted when stream is capturing\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
@@ -458,11 +464,16 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
             "by explicitly setting --max-running-requests."
         )
     prefill_on = cfg.prefill_backend != "disabled"
+    eagle_skip = (prefill_on and cfg.spec.eagle_target_prefill_skip and cfg.prefill_backend != "breakable"
+                  and cfg.spec_algorithm in EAGLE_FAMILY
+                  and not cfg.server_args.get("enable_return_hidden_states"))
     prefill_desc = [
         f"{cfg.spec.prefill_progress} (num_tokens={n} avail_mem={p.avail:.2f} GB)"
         for n in reversed(PREFILL_NUM_TOKENS)
     ]
-    if prefill_on:
+    if eagle_skip:
+        p.log(EAGLE_TARGET_PREFILL_OFF)
+    elif prefill_on:
         header = (
             f"Capture piecewise CUDA graph begin. avail mem={p.avail:.2f} GB"
             if legacy

@@ -1,0 +1,868 @@
+"""Engine output → lines → typed events, and a summary of a whole log. Pure: no I/O here.
+
+`LineSplitter` turns raw bytes (as read from the engine's pipe or log file) into lines, splitting
+on `\\n` and `\\r` (tqdm redraws). `LogParser` turns lines into `events.EngineEvent`s, tolerating
+what users paste: missing timestamps, ANSI colours, progress frames glued to real lines, wrapped
+lines, tracebacks. Log strings live in `engine.patterns`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sglang_supervisor.core.events import (
+    CaptureBegan,
+    CaptureEnded,
+    CaptureProgress,
+    DecodeStats,
+    DeprecatedFlag,
+    Draining,
+    EngineCrashed,
+    EngineEvent,
+    EngineFailed,
+    FailureClass,
+    GraphOwner,
+    GraphPhase,
+    HttpUp,
+    KVCacheAllocated,
+    PrefillGraphDisabled,
+    PrefillStats,
+    SchedulerReady,
+    ServerArgsSeen,
+    ServerReady,
+    TracebackLine,
+    WeightsLoadBegan,
+    WeightsLoaded,
+)
+from sglang_supervisor.core.failures import rank as failure_rank
+from sglang_supervisor.core.failures import root_of
+from sglang_supervisor.core.logframing import unframe
+from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.engine import patterns as P
+
+MAX_LINE_BYTES = 64 * 1024
+TRUNCATED_MARK = " [...line cut by sglang-supervisor]"
+
+
+# --------------------------------------------------------------------------------------------
+# Bytes → lines
+# --------------------------------------------------------------------------------------------
+
+
+class LineSplitter:
+    """Split a byte stream on `\\n` and `\\r`; empty frames are dropped.
+
+    A line longer than `max_line` bytes is cut (its end marked) and the rest of it discarded up
+    to the next line end, so a runaway writer can never make us buffer without limit.
+    """
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_line
+        self._discarding = False
+
+    def feed(self, data: bytes) -> list[str]:
+        # Whole-chunk work in C (replace, find, decode, split) instead of a Python step per line:
+        # only the partial lines at the two ends of a chunk go through the buffer.
+        out: list[str] = []
+        if not data:
+            return out
+        if b"\r" in data:
+            data = data.replace(b"\r", b"\n")
+        first = data.find(b"\n")
+        if first < 0:
+            self._append(data, out)
+            return out
+        self._append(data[:first], out)
+        self._end_line(out)
+        last = data.rfind(b"\n")
+        if last > first:
+            body = data[first + 1 : last]
+            if len(body) <= self._max:
+                # No line in it can be too long. `\n` never belongs to a UTF-8 sequence, so one
+                # decode of the whole body equals a decode of each line.
+                out += [line for line in body.decode("utf-8", errors="replace").split("\n") if line]
+            else:
+                for piece in body.split(b"\n"):
+                    if len(piece) > self._max:
+                        out.append(piece[: self._max].decode("utf-8", errors="replace") + TRUNCATED_MARK)
+                    elif piece:
+                        out.append(piece.decode("utf-8", errors="replace"))
+        if last + 1 < len(data):
+            self._append(data[last + 1 :], out)
+        return out
+
+    def flush(self) -> list[str]:
+        out: list[str] = []
+        self._end_line(out)
+        return out
+
+    def _append(self, chunk: bytes, out: list[str]) -> None:
+        if self._discarding or not chunk:
+            return
+        room = self._max - len(self._buf)
+        if len(chunk) <= room:
+            self._buf += chunk
+            return
+        self._buf += chunk[:room]
+        out.append(self._buf.decode("utf-8", errors="replace") + TRUNCATED_MARK)
+        self._buf.clear()
+        self._discarding = True
+
+    def _end_line(self, out: list[str]) -> None:
+        if self._discarding:
+            self._discarding = False
+            return
+        if self._buf:
+            out.append(self._buf.decode("utf-8", errors="replace"))
+            self._buf.clear()
+
+
+# --------------------------------------------------------------------------------------------
+# Redaction
+# --------------------------------------------------------------------------------------------
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove API keys and bearer tokens SGLang prints, and any given literal secrets."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    if "api" in text or "API" in text or "Bearer" in text:
+        for pattern, repl in P.REDACTIONS:
+            text = pattern.sub(repl, text)
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Lines → events
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Block:
+    """A traceback or multi-line error being read; classified when it ends."""
+
+    first_line: int
+    rank: str | None
+    scheduler: bool  # opened by "Scheduler hit an exception"
+    capture_frames: bool = False
+    draft_frames: bool = False
+    prefill_frames: bool = False
+    oom: bool = False
+    # Printed right after a failed request's record (logger.exception): the request failed,
+    # the engine did not; its lines are kept, but it never becomes an EngineFailed.
+    request: bool = False
+    best: tuple[FailureClass, int, str] | None = None
+    last_exception: tuple[int, str] | None = None
+    cut_frame: str | None = None  # a `File "..."` line a terminal wrapped before its `, in f`
+
+
+@dataclass
+class _Capturing:
+    owner: GraphOwner
+    phase: GraphPhase
+
+
+class LogParser:
+    """Stateful parser of one engine run's output, line by line."""
+
+    def __init__(self, version: str | None = None, secrets: Iterable[str] = ()) -> None:
+        self.version = version
+        self._secrets = expand(secrets)  # every escaped spelling too
+        self._line_no = 0
+        self._block: _Block | None = None
+        self._capturing: dict[str | None, _Capturing] = {}
+        self._http_up = False
+        self._ready = False
+        self._draining = False
+        self._prev_unmatched: tuple[int, str | None, str] | None = None
+        self._echo_left = 0  # lines still read as the rest of an unclosed request echo
+        # --log-requests records in a text form seen: their dict keys are printed raw, so in a
+        # merged log (logscan) a line after one may be a user's (docs/FAULTS.md, "Residual risk").
+        self.text_echoes = 0
+        self._request_error_at = -1  # line of the last failed-request record
+
+    @property
+    def line_no(self) -> int:
+        return self._line_no
+
+    def feed_line(self, text: str) -> list[EngineEvent]:
+        """Parse one line (without its line end). Never raises."""
+        self._line_no += 1
+        try:
+            if self._echo_left:
+                return self._echo_continuation(text)
+            # Fast path for the bulk of a serving engine's output (a timestamped access log or
+            # batch stats line outside a traceback): the same result as `_parse`, fewer steps.
+            if self._block is None and "\x1b" not in text:
+                first = text[:1]
+                if first == "[":
+                    m = _bracket_header(text)
+                elif first.isdigit() or first.isspace():  # the *.timed.log lead
+                    m = _header(text)
+                else:
+                    m = None
+                if m is not None:
+                    return self._headed(text[m.end() :], m.group(1), self._line_no)
+            return self._parse(text, self._line_no)
+        except Exception as exc:
+            return [TracebackLine(self._line_no, None, f"[logwatch could not parse this line: {exc!r}]")]
+
+    def _headed(self, msg: str, prefix: str, line_no: int) -> list[EngineEvent]:
+        """A line with a log header, outside a traceback block (`_parse` → `_message`)."""
+        rank = (prefix.strip() or None) if prefix else None
+        if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
+            self._prev_unmatched = (line_no, rank, msg)
+            return []
+        # A stats line may go on in the next line (a terminal wrapped it): keep it for a join.
+        if msg.startswith(P.DECODE_KEY):
+            stats: EngineEvent = _decode_stats(msg, rank, line_no)
+            self._prev_unmatched = (line_no, rank, msg)
+            return [stats]
+        if msg.startswith(P.PREFILL_KEY):
+            stats = _prefill_stats(msg, rank, line_no)
+            self._prev_unmatched = (line_no, rank, msg)
+            return [stats]
+        return self._message(msg, rank, line_no, headed=True)
+
+    def finish(self) -> list[EngineEvent]:
+        """End of output: close a pending traceback/error block."""
+        return self._close_block()
+
+    # -- internals ------------------------------------------------------------------------
+    def _parse(self, text: str, line_no: int) -> list[EngineEvent]:
+        if "\x1b" in text:
+            text = P.ANSI.sub("", text)
+        if not text.startswith("["):
+            text = unframe(text)  # a viewer's borders or a wrapper's prefix (logframing)
+        events: list[EngineEvent] = []
+        m = P.HEADER.match(text)
+        if m is None and "[" in text:
+            glued = P.EMBEDDED_HEADER.search(text)
+            if glued is not None and glued.start() > 0:
+                events.extend(self._headerless(text[: glued.start()], line_no))
+                text = text[glued.start() :]
+                m = P.HEADER.match(text)
+        if m is None:
+            events.extend(self._headerless(text, line_no))
+            return events
+        rank = m.group(1).strip() or None
+        message = text[m.end() :]
+        if self._block is not None and not self._continues_block(message):
+            events.extend(self._close_block())
+        events.extend(self._message(message, rank, line_no, headed=True))
+        return events
+
+    def _continues_block(self, message: str) -> bool:
+        # A logged error line right after a traceback belongs to it (breakable prefill errors
+        # are logged with a timestamp, then their hint lines follow without one).
+        return bool(P.EXCEPTION_LINE.match(message))
+
+    def _headerless(self, text: str, line_no: int) -> list[EngineEvent]:
+        stripped = text.strip()
+        if not stripped:
+            return []
+        if _is_echo(stripped):  # an echo printed without a header is an echo all the same
+            return self._echo(stripped)
+        if stripped == P.KILLED_LINE:
+            return self._crash(stripped, None, line_no)
+        if self._block is not None:
+            return self._in_block(text, stripped, line_no)
+        if _is_progress(stripped):
+            return [CaptureProgress(line_no, None, stripped[:200])]
+        if stripped.startswith(P.TRACEBACK_START) or P.EXCEPTION_LINE.match(stripped):
+            return self._message(stripped, None, line_no, headed=False)
+        events = self._message(stripped, None, line_no, headed=False)
+        prev = self._prev_unmatched
+        # An indented line is a traceback's, except after a stats line: there it is the rest of
+        # the line, wrapped at a space.
+        if not events and prev is not None and (not text[:1].isspace() or _is_stats_line(prev[2])):
+            # A long line wrapped by a terminal: parse it joined with the line before.
+            prev_no, prev_rank, prev_msg = prev
+            self._prev_unmatched = None
+            rest = text.rstrip()
+            joined = self._message(prev_msg + rest, prev_rank, prev_no, headed=True)
+            if not joined:
+                joined = self._message(prev_msg + " " + stripped, prev_rank, prev_no, headed=True)
+            return joined
+        return events
+
+    def _message(self, msg: str, rank: str | None, line_no: int, *, headed: bool) -> list[EngineEvent]:
+        if _is_echo(msg):
+            return self._echo(msg)
+        if msg.startswith(P.REQUEST_ERROR_PREFIXES):
+            self._prev_unmatched = None
+            self._request_error_at = line_no
+            return []
+        events = self._recognise(msg, rank, line_no)
+        if headed:  # stats lines stay joinable: a terminal may have wrapped them (see _headed)
+            self._prev_unmatched = None if events and not _may_go_on(events[0]) else (line_no, rank, msg)
+        return events
+
+    def _recognise(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
+        # Most frequent lines first; each branch is guarded by a substring test.
+        if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
+            return []
+        if msg.startswith(P.DECODE_KEY):
+            return [_decode_stats(msg, rank, line_no)]
+        if msg.startswith(P.PREFILL_KEY):
+            return [_prefill_stats(msg, rank, line_no)]
+        if P.CAPTURE_KEY in msg:
+            ev = self._capture(msg, rank, line_no)
+            if ev is not None:
+                return [ev]
+        tp_exception = msg.startswith(P.TP_EXCEPTIONS)
+        if msg.startswith((P.SCHEDULER_EXCEPTION, P.TRACEBACK_START)) or tp_exception:
+            if self._block is not None and msg.startswith(P.TRACEBACK_START):
+                return [TracebackLine(line_no, rank, self._redact(msg))]  # a chained traceback
+            closed = self._close_block()
+            self._block = _Block(line_no, rank,
+                                 scheduler=msg.startswith(P.SCHEDULER_EXCEPTION) or tp_exception,
+                                 request=self._request_error_at == line_no - 1)
+            self._scan_block_line(msg, line_no)
+            return [*closed, TracebackLine(line_no, rank, self._redact(msg))]
+        if P.EXCEPTION_LINE.match(msg):
+            if self._block is None:
+                self._block = _Block(line_no, rank, scheduler=False,
+                                     request=self._request_error_at == line_no - 1)
+            self._scan_block_line(msg, line_no)
+            return [TracebackLine(line_no, rank, self._redact(msg))]
+        if msg.startswith(P.CRASH_PREFIXES) or P.CHILD_CRASHED.match(msg):
+            return self._crash(msg, rank, line_no)
+        for key in P.DRAIN_KEYS:
+            if key in msg:
+                self._draining = True
+                return [Draining(line_no, rank)]
+        if msg.startswith(P.SERVER_ARGS_KEY):
+            return [ServerArgsSeen(line_no, rank, parse_server_args(msg, self._secrets))]
+        if P.WEIGHTS_BEGIN_KEY in msg:
+            m = P.WEIGHTS_BEGIN.search(msg)
+            return [WeightsLoadBegan(line_no, rank, _float(m, "avail"))]
+        if P.WEIGHTS_END_KEY in msg:
+            m = P.WEIGHTS_END.search(msg)
+            return [WeightsLoaded(line_no, rank, _float(m, "elapsed"), _float(m, "usage"))]
+        if P.KV_KEY in msg:
+            m = P.KV.search(msg)
+            if m is not None:
+                tokens = m.group("tokens")
+                return [KVCacheAllocated(line_no, rank, int(tokens) if tokens else None)]
+        if P.PREFILL_DISABLED_KEY in msg:
+            m = P.PREFILL_DISABLED.search(msg)
+            if m is not None:
+                reason = m.group("reason") or m.group("incompat") or ""
+                return [PrefillGraphDisabled(line_no, rank, reason)]
+        if msg.startswith(P.SCHED_READY_KEY):
+            m = P.SCHED_READY.search(msg)
+            if m is not None:
+                return [SchedulerReady(line_no, rank, int(m.group("total")), int(m.group("running")),
+                                       int(m.group("ctx")) if m.group("ctx") else None)]
+        if P.HTTP_UP_KEY in msg:
+            m = P.HTTP_UP.search(msg)
+            if m is not None:
+                self._http_up = True
+                return [HttpUp(line_no, rank, m.group("host").strip("[]"), int(m.group("port")))]
+        if msg.startswith(P.READY_LINE):
+            self._ready = True
+            return [ServerReady(line_no, rank)]
+        if P.DEPRECATED_KEY in msg:
+            m = P.DEPRECATED.search(msg)
+            if m is not None:
+                return [DeprecatedFlag(line_no, rank, m.group("flag"), m.group("new"))]
+        return self._signature(msg, rank, line_no)
+
+    def _signature(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
+        if _signature_gate(msg) is None:
+            return []
+        for key, cls in P.SIGNATURES:
+            if key in msg:
+                if self._block is not None:
+                    self._scan_block_line(msg, line_no)
+                    return [TracebackLine(line_no, rank, self._redact(msg))]
+                refined = self._refine(cls, msg, None)
+                return [TracebackLine(line_no, rank, self._redact(msg)),
+                        EngineFailed(line_no, rank, refined, self._redact(msg.strip())[:500])]
+        return []
+
+    def _capture(self, msg: str, rank: str | None, line_no: int) -> EngineEvent | None:
+        m = P.CAPTURE.match(msg)
+        owner: GraphOwner
+        phase: GraphPhase
+        backend: str | None = None
+        if m is not None:
+            owner = "draft" if m.group("owner") == "draft" else "target"
+            phase = _phase(m.group("phase"))
+            backend = m.group("backend")
+        else:
+            m = P.LEGACY_CAPTURE.match(msg)
+            if m is None:
+                return None
+            legacy_owner, legacy_phase = P.LEGACY_KINDS[m.group("what")]
+            owner = "draft" if legacy_owner == "draft" else "target"
+            phase = _phase(legacy_phase)
+        if m.group("state") == "begin":
+            self._capturing[rank] = _Capturing(owner, phase)
+            return CaptureBegan(line_no, rank, owner, phase, backend)
+        self._capturing.pop(rank, None)
+        return CaptureEnded(line_no, rank, owner, phase, _float(m, "elapsed"), _float(m, "usage"))
+
+    def _crash(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
+        events: list[EngineEvent] = [*self._close_block(), EngineCrashed(line_no, rank, msg.strip())]
+        m = P.CHILD_CRASHED.search(msg)
+        if m is not None and self._ready and not self._draining:
+            events.append(EngineFailed(line_no, rank, FailureClass.CHILD_CRASHED, msg.strip()))
+        return events
+
+    def _echo(self, msg: str) -> list[EngineEvent]:
+        """A request echo: user text from its first character on (see patterns.ECHO_PREFIXES)."""
+        self._prev_unmatched = None
+        self._echo_left = 0 if _echo_closed(msg) else P.ECHO_CONTINUATION_LINES
+        if not msg.startswith("{"):
+            self.text_echoes += 1
+        return []
+
+    def _echo_continuation(self, text: str) -> list[EngineEvent]:
+        """A line of an echo that did not end on its own line: user text, never an event."""
+        self._echo_left -= 1
+        if _echo_closed(text):
+            self._echo_left = 0
+        self._prev_unmatched = None
+        return []
+
+    # -- traceback blocks --------------------------------------------------------------------
+    def _in_block(self, text: str, stripped: str, line_no: int) -> list[EngineEvent]:
+        assert self._block is not None
+        if _is_progress(stripped) and not text[:1].isspace():
+            return [CaptureProgress(line_no, None, stripped[:200])]
+        self._scan_block_line(stripped, line_no)
+        return [TracebackLine(line_no, self._block.rank, self._redact(text.rstrip()))]
+
+    def _scan_block_line(self, line: str, line_no: int) -> None:
+        block = self._block
+        assert block is not None
+        if block.cut_frame is not None:
+            line = block.cut_frame + line  # the rest of a wrapped frame line
+            block.cut_frame = None
+        if line.startswith("File "):
+            if ", in " not in line:
+                block.cut_frame = line[:2000]
+            low = line.lower()
+            if any(w in low for w in P.CAPTURE_FRAME_WORDS):
+                block.capture_frames = True
+            if any(w in low for w in P.DRAFT_FRAME_WORDS):
+                block.draft_frames = True
+            if any(w in low for w in P.PREFILL_FRAME_WORDS):
+                block.prefill_frames = True
+            return
+        if any(w in line for w in P.OOM_WORDS):
+            block.oom = True
+        if P.EXCEPTION_LINE.match(line):
+            block.last_exception = (line_no, line.strip())
+        for key, cls in P.SIGNATURES:
+            if key in line:
+                self._offer(cls, line_no, line.strip())
+                break
+
+    def _offer(self, cls: FailureClass, line_no: int, message: str) -> None:
+        block = self._block
+        assert block is not None
+        if block.best is None or failure_rank(cls) < failure_rank(block.best[0]):
+            block.best = (cls, line_no, message)
+
+    def _close_block(self) -> list[EngineEvent]:
+        block = self._block
+        if block is None:
+            return []
+        self._block = None
+        if block.request:
+            return []
+        if block.best is not None:
+            cls, line_no, message = block.best
+        elif block.last_exception is not None:
+            line_no, message = block.last_exception
+            cls = FailureClass.SCHEDULER_EXCEPTION if block.scheduler else FailureClass.OTHER
+        elif block.scheduler:
+            line_no, message = block.first_line, P.SCHEDULER_EXCEPTION
+            cls = FailureClass.SCHEDULER_EXCEPTION
+        else:
+            return []
+        cls = self._refine(cls, message, block)
+        if self._draining and cls in (FailureClass.OTHER, FailureClass.SCHEDULER_EXCEPTION):
+            return []  # noise of a stop we asked for
+        return [EngineFailed(line_no, block.rank, cls, self._redact(message)[:500])]
+
+    def _refine(self, cls: FailureClass, message: str, block: _Block | None) -> FailureClass:
+        """Use where we are (capturing? warming up?) and what the traceback showed."""
+        oom = any(w in message for w in P.OOM_WORDS) or (block is not None and block.oom)
+        capturing = self._capturing.get(block.rank if block else None)
+        if capturing is None and self._capturing:
+            capturing = next(iter(self._capturing.values()))
+        draft = (capturing is not None and capturing.owner == "draft") or (
+            block is not None and block.draft_frames and block.capture_frames
+        )
+        in_capture = capturing is not None or (block is not None and block.capture_frames)
+        if cls is FailureClass.CAPTURE_FAILED:
+            if draft:
+                return FailureClass.DRAFT_CAPTURE_FAILED
+            return FailureClass.CAPTURE_OOM if oom else cls
+        if cls in (FailureClass.SCHEDULER_EXCEPTION, FailureClass.OTHER, FailureClass.CUDA_ERROR):
+            if self._http_up and not self._ready:
+                return FailureClass.WARMUP_FAILED
+            if in_capture:
+                prefill = (capturing is not None and capturing.phase in ("prefill", "piecewise")) or (
+                    block is not None and block.prefill_frames
+                )
+                if draft:
+                    return FailureClass.DRAFT_CAPTURE_FAILED
+                if prefill:
+                    return FailureClass.PREFILL_GRAPH_FAILED
+                return FailureClass.CAPTURE_OOM if oom else FailureClass.CAPTURE_FAILED
+        return cls
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+
+_bracket_header = P.BRACKET_HEADER.match
+_signature_gate = re.compile("|".join(map(re.escape, P.SIGNATURE_GATE))).search
+_secret_key = re.compile("|".join(map(re.escape, P.SECRET_ARG_KEYS))).search
+_header = P.HEADER.match
+
+
+def _is_stats_line(msg: str) -> bool:
+    return P.DECODE_KEY in msg or P.PREFILL_KEY in msg or P.SERVER_ARGS_KEY in msg
+
+
+def _may_go_on(event: EngineEvent) -> bool:
+    """Read from a line that a terminal may have wrapped: the next rows may complete it."""
+    if isinstance(event, ServerArgsSeen):
+        return not event.args  # the dump's closing `)` not seen yet
+    return isinstance(event, (DecodeStats, PrefillStats))
+
+
+def _is_echo(msg: str) -> bool:
+    """Is this message (after the header) a request echo of --log-requests?"""
+    if not msg.startswith(P.ECHO_PREFIXES):
+        return False
+    if msg[0] == "{":
+        return P.JSON_ECHO_EVENT in msg[:120]
+    if msg[0] == "i":
+        return P.LEGACY_ECHO.match(msg) is not None
+    return True
+
+
+def _echo_closed(text: str) -> bool:
+    return text.rstrip().endswith((*P.ECHO_CLOSERS, TRUNCATED_MARK))
+
+
+def _is_progress(text: str) -> bool:
+    if "%|" in text and P.PROGRESS_BAR.search(text):
+        return True
+    return text.startswith(P.PROGRESS_WORDS)
+
+
+def _phase(text: str) -> GraphPhase:
+    phases: dict[str, GraphPhase] = {
+        "prefill": "prefill", "decode": "decode", "verify": "verify", "extend": "extend",
+        "legacy": "legacy", "piecewise": "piecewise",
+    }
+    return phases[text]
+
+
+def _float(m: re.Match[str] | None, group: str) -> float | None:
+    if m is None:
+        return None
+    value = m.group(group)
+    return float(value) if value else None
+
+
+def _int_search(pattern: re.Pattern[str], msg: str) -> int | None:
+    m = pattern.search(msg)
+    return int(m.group(1)) if m else None
+
+
+def _float_search(pattern: re.Pattern[str], msg: str) -> float | None:
+    m = pattern.search(msg)
+    return float(m.group(1)) if m else None
+
+
+def _graph_used(msg: str) -> bool | None:
+    m = P.GRAPH_USED.search(msg)
+    return None if m is None else m.group(1) == "True"
+
+
+def _decode_stats(msg: str, rank: str | None, line_no: int) -> DecodeStats:
+    m = _decode_line(msg)
+    if m is None:
+        return _decode_stats_by_field(msg, rank, line_no)
+    running, accept, graph, gen, queued = m.groups()
+    return DecodeStats(
+        line_no, rank,
+        running_req=int(running),
+        queue_req=int(queued),
+        gen_throughput=float(gen),
+        cuda_graph=graph == "True",
+        accept_len=float(accept) if accept is not None else None,
+    )
+
+
+def _decode_stats_by_field(msg: str, rank: str | None, line_no: int) -> DecodeStats:
+    return DecodeStats(
+        line_no, rank,
+        running_req=_int_search(P.RUNNING_REQ, msg),
+        queue_req=_int_search(P.QUEUE_REQ, msg),
+        gen_throughput=_float_search(P.GEN_TPUT, msg),
+        cuda_graph=_graph_used(msg),
+        accept_len=_float_search(P.ACCEPT_LEN, msg),
+    )
+
+
+def _prefill_stats(msg: str, rank: str | None, line_no: int) -> PrefillStats:
+    m = _prefill_line(msg)
+    if m is None:
+        return _prefill_stats_by_field(msg, rank, line_no)
+    running, queued, graph, tput = m.groups()
+    return PrefillStats(
+        line_no, rank,
+        running_req=int(running),
+        queue_req=int(queued),
+        input_throughput=float(tput),
+        cuda_graph=graph == "True",
+    )
+
+
+def _prefill_stats_by_field(msg: str, rank: str | None, line_no: int) -> PrefillStats:
+    return PrefillStats(
+        line_no, rank,
+        running_req=_int_search(P.RUNNING_REQ, msg),
+        queue_req=_int_search(P.QUEUE_REQ, msg),
+        input_throughput=_float_search(P.INPUT_TPUT, msg),
+        cuda_graph=_graph_used(msg),
+    )
+
+
+_decode_line = P.DECODE_LINE.fullmatch
+_prefill_line = P.PREFILL_LINE.fullmatch
+
+
+def parse_server_args(msg: str, secrets: Iterable[str] = ()) -> dict[str, str]:
+    """`server_args=ServerArgs(a=1, b='x')` or `server_args={'a': 1, ...}` → {"a": "1", "b": "x"},
+    secrets redacted."""
+    m = P.SERVER_ARGS.search(msg)
+    if m is None:
+        return {}
+    body = m.group("repr")
+    assign = "="
+    if body is None:
+        body = m.group("dict")
+        assign = ":"
+    out: dict[str, str] = {}
+    for part in _split_top_level(body):
+        key, sep, value = part.partition(assign)
+        if not sep:
+            continue
+        key = key.strip().strip("'\"")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if _secret_key(key) is not None and value not in ("None", ""):
+            value = "***"
+        # `redact` leaves a value without secrets or their markers as it is: skip the call.
+        if secrets or "api" in value or "API" in value or "Bearer" in value:
+            value = redact(value, secrets)
+        out[key] = value
+    return out
+
+
+_TOKENS = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[()\[\]{},]""")
+
+
+def _split_top_level(body: str) -> list[str]:
+    """Split on commas outside quotes and brackets (a regex walks the tokens, not each char)."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for tok in _TOKENS.finditer(body):
+        ch = tok.group()
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(body[start : tok.start()])
+            start = tok.end()
+    parts.append(body[start:])
+    return [p for p in parts if p.strip()]
+
+
+def parse_lines(lines: Iterable[str], version: str | None = None) -> list[EngineEvent]:
+    parser = LogParser(version)
+    events: list[EngineEvent] = []
+    for line in lines:
+        events.extend(parser.feed_line(line))
+    events.extend(parser.finish())
+    return events
+
+
+def parse_bytes(data: bytes, version: str | None = None) -> list[EngineEvent]:
+    """Parse a whole saved log."""
+    splitter = LineSplitter()
+    return parse_lines([*splitter.feed(data), *splitter.flush()], version)
+
+
+# --------------------------------------------------------------------------------------------
+# Summary (what logscan prints)
+# --------------------------------------------------------------------------------------------
+
+_CAPTURE_CLASSES = frozenset({
+    FailureClass.CAPTURE_OOM, FailureClass.CAPTURE_FAILED, FailureClass.DRAFT_CAPTURE_FAILED,
+    FailureClass.PREFILL_GRAPH_FAILED,
+})
+
+
+@dataclass(frozen=True)
+class LogSummary:
+    ready: bool
+    phase: str
+    tp_size: int | None
+    capture: dict[str, Any]
+    failure: dict[str, Any] | None
+    crashed: bool
+    last_gen_throughput: float | None
+    last_input_throughput: float | None
+    decode_cuda_graph: bool | None
+    fix: str | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly the logscan JSON object of the issue."""
+        return {
+            "ready": self.ready,
+            "phase": self.phase,
+            "tp_size": self.tp_size,
+            "capture": self.capture,
+            "failure": self.failure,
+            "crashed": self.crashed,
+            "last_gen_throughput": self.last_gen_throughput,
+            "last_input_throughput": self.last_input_throughput,
+            "decode_cuda_graph": self.decode_cuda_graph,
+        }
+
+
+def root_failure(events: Sequence[EngineEvent]) -> EngineFailed | None:
+    """The cause among the failure signatures (core/failures.root_of: the one ranker the daemon
+    uses too)."""
+    return root_of([e for e in events if isinstance(e, EngineFailed)],
+                   [e.line_no for e in events if isinstance(e, EngineCrashed)])
+
+
+# Lines only the scheduler / model runner print: with no rank prefix on them, tp_size is 1.
+_SCHEDULER_EVENTS = (WeightsLoadBegan, WeightsLoaded, KVCacheAllocated, CaptureBegan, CaptureEnded,
+                     SchedulerReady, DecodeStats, PrefillStats)
+
+_PHASES = ("launching", "loading_weights", "capturing_graphs", "warming_up", "ready", "serving")
+
+
+def summarize(events: Sequence[EngineEvent]) -> LogSummary:
+    phase = 0
+    ready = False
+    draining = False
+    crashed = False
+    tp_size: int | None = None
+    max_tp = -1
+    cap_events: list[dict[str, Any]] = []
+    open_caps: set[tuple[str, str, str | None]] = set()
+    began = False
+    gen: float | None = None
+    inp: float | None = None
+    decode_graph: bool | None = None
+    unranked_scheduler = False
+    for e in events:
+        if e.rank is None and isinstance(e, _SCHEDULER_EVENTS):
+            unranked_scheduler = True
+        if e.rank and "TP" in e.rank:
+            digits = e.rank.rsplit("TP", 1)[1].split()[0]
+            if digits.isdigit():
+                max_tp = max(max_tp, int(digits))
+        if isinstance(e, ServerArgsSeen):
+            raw = e.args.get("tp_size")
+            if raw and raw.isdigit():
+                tp_size = int(raw)
+        elif isinstance(e, (WeightsLoadBegan, WeightsLoaded, KVCacheAllocated)):
+            phase = max(phase, 1)
+        elif isinstance(e, CaptureBegan):
+            phase = max(phase, 2)
+            began = True
+            open_caps.add((e.owner, e.phase, e.rank))
+            cap_events.append({"kind": f"{e.owner} {e.phase}", "state": "begin", "rank": e.rank,
+                               "elapsed_s": None})
+        elif isinstance(e, CaptureEnded):
+            open_caps.discard((e.owner, e.phase, e.rank))
+            cap_events.append({"kind": f"{e.owner} {e.phase}", "state": "end", "rank": e.rank,
+                               "elapsed_s": e.elapsed_s})
+        elif isinstance(e, (SchedulerReady, HttpUp)):
+            phase = max(phase, 3)
+        elif isinstance(e, ServerReady):
+            phase = max(phase, 4)
+            ready = True
+        elif isinstance(e, DecodeStats):
+            gen = e.gen_throughput if e.gen_throughput is not None else gen
+            decode_graph = e.cuda_graph if e.cuda_graph is not None else decode_graph
+            if ready:
+                phase = max(phase, 5)
+        elif isinstance(e, PrefillStats):
+            inp = e.input_throughput if e.input_throughput is not None else inp
+        elif isinstance(e, Draining):
+            draining = True
+        elif isinstance(e, EngineCrashed) and not draining:
+            crashed = True
+    root = root_failure(events)
+    failed_capture = root is not None and (
+        root.failure in _CAPTURE_CLASSES or (bool(open_caps) and not ready)
+    )
+    if tp_size is None and max_tp >= 0:
+        tp_size = max_tp + 1
+    elif tp_size is None and unranked_scheduler:
+        tp_size = 1  # SGLang prefixes scheduler lines with a rank only when tp_size > 1
+    failure = None if root is None else {"class": root.failure.value, "message": root.message,
+                                         "line": root.line_no}
+    fix = None if root is None else P.FIX_HINTS.get(root.failure)
+    if failure is None and crashed:
+        # A sigquit / `Killed` with no cause printed: the crash is the failure we can name.
+        first = next(e for e in events if isinstance(e, EngineCrashed))
+        failure = {"class": FailureClass.CHILD_CRASHED.value, "message": first.message,
+                   "line": first.line_no}
+        fix = P.FIX_HINTS[FailureClass.CHILD_CRASHED]
+    return LogSummary(
+        ready=ready,
+        phase=_PHASES[phase],
+        tp_size=tp_size,
+        capture={"began": began, "completed": began and not open_caps, "failed": failed_capture,
+                 "events": cap_events},
+        failure=failure,
+        crashed=crashed,
+        last_gen_throughput=gen,
+        last_input_throughput=inp,
+        decode_cuda_graph=decode_graph,
+        fix=fix,
+    )
+
+
+def parse_stream(read: Callable[[int], bytes], version: str | None = None,
+                 chunk: int = 1 << 20) -> list[EngineEvent]:
+    """Parse everything `read(n)` returns until it returns b"" (a file or stdin, in chunks)."""
+    splitter = LineSplitter()
+    parser = LogParser(version)
+    events: list[EngineEvent] = []
+    while True:
+        data = read(chunk)
+        if not data:
+            break
+        for line in splitter.feed(data):
+            events.extend(parser.feed_line(line))
+    for line in splitter.flush():
+        events.extend(parser.feed_line(line))
+    events.extend(parser.finish())
+    return events

@@ -9,13 +9,14 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sglang_supervisor.commands import tune
-from sglang_supervisor.core import failover
+from sglang_supervisor.core import failover, wayback
 from sglang_supervisor.core.config import load_config
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
@@ -108,7 +109,15 @@ def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Pat
     store = state.StateStore(config.state_dir, config.name)
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == working
-    settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
+    # The plan `run` makes from that state (Supervisor._settings): the winner goes first, no
+    # probation for eager (ranked, slower) nor for broken (its failure here is remembered).
+    fs = store.fingerprint_state(fp)
+    assert set(fs.bad) == {"broken"}
+    plan = wayback.start_plan(config.profile_names, store.last_good(fp), ranking=store.ranking(fp),
+                              bad=fs.bad, now=time.time(), policy=wayback.Policy())
+    assert plan.probation is None
+    settings = policy_settings(config, last_good=plan.last_good, known_bad=plan.backoff,
+                               probation=plan.probation, retry_known_bad=False)
     assert failover.ladder_order(settings)[0] == report["winner"] == working[0]
 
 

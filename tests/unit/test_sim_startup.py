@@ -200,6 +200,38 @@ def test_progress_frames_are_cr_separated_and_end_the_line() -> None:
     assert sum(delay for delay, _ in frames) == 2.0
 
 
+def test_sbo_on_an_sm90_gpu_fails_at_scheduler_start_as_real_0517_does() -> None:
+    """Real 0.5.17 on an H200 refuses --enable-single-batch-overlap in the scheduler's constructor,
+    before any weight loads (tests/fixtures/sglang-0.5.17-h200-seed); the simulator told its GPU is
+    SM 9.0 does the same, and the supervisor's parser reads both as the same failure."""
+    from pathlib import Path
+
+    from sglang_supervisor.core.logwatch import parse_bytes, summarize
+
+    argv = [*NEXTN, "--enable-single-batch-overlap"]
+    steps = script(argv, env={"SGLANG_SIM_GPU_SM": "9.0"})
+    assert [s.kind for s in steps] == ["log", "sigquit"]
+    assert not captures(steps) and not any("Load weight" in t for t in logs(steps))
+    fixture = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-seed"
+               / "tuned-sbo-then-no-prefill-graph.engine.log").read_text()
+    real_line = next(x for x in fixture.splitlines() if x.startswith("ValueError: SBO"))
+    assert real_line in logs(steps)[0].splitlines()
+    sim = summarize(parse_bytes(line(logs(steps)[0], 0.0, ms=False).encode(), "0.5.17")).failure
+    real = summarize(parse_bytes(fixture.split("Received sigquit")[0].encode(), "0.5.17")).failure
+    assert sim is not None and real is not None
+    assert sim["class"] == real["class"] and sim["message"] == real["message"]
+
+
+def test_sbo_starts_on_other_gpus_and_sm90_without_sbo_starts() -> None:
+    # The check is for compute capability 9.x only (the seed's RTX A6000 is SM 8.6).
+    for argv, env in (([*NEXTN, "--enable-single-batch-overlap"], {"SGLANG_SIM_GPU_SM": "8.6"}),
+                      ([*NEXTN, "--enable-single-batch-overlap"], {}),
+                      (NEXTN, {"SGLANG_SIM_GPU_SM": "9.0"})):
+        steps = script(argv, env=env)
+        assert "Capture target verify end" in captures(steps), (argv, env)
+        assert steps[-1].kind == "ready"
+
+
 PLAIN = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000"]
 
 

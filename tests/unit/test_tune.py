@@ -4,13 +4,14 @@ tests/integration/test_tune_sim.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import yaml
 
 from sglang_supervisor.commands import tune
 from sglang_supervisor.commands.tune import TuneResult, format_table, rank
-from sglang_supervisor.core import failover
+from sglang_supervisor.core import failover, wayback
 from sglang_supervisor.core.config import load_config
 from sglang_supervisor.core.trial import TrialStart
 from sglang_supervisor.shell import state
@@ -77,8 +78,17 @@ def test_persist_makes_the_winner_run_first(tmp_path: Path) -> None:
     store = state.StateStore(config.state_dir, config.name)
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == ["spec", "no-spec", "eager"]
-    # `run` builds its policy from the store the same way: the winner is tried first.
-    settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
+    # What failed here is remembered like a failed start of `run`, with its class.
+    fs = store.fingerprint_state(fp)
+    assert {p: r.failure_class for p, r in fs.bad.items()} == {
+        "tuned": "capture_oom", "probe-broke": "probe_failed"}
+    # `run` plans its start from the store (Supervisor._settings): the winner first, no probation
+    # for tuned (failed here) nor for no-spec (served, slower).
+    plan = wayback.start_plan(config.profile_names, store.last_good(fp), ranking=store.ranking(fp),
+                              bad=fs.bad, now=time.time(), policy=wayback.Policy())
+    assert plan.last_good == "spec" and plan.probation is None
+    settings = policy_settings(config, last_good=plan.last_good, known_bad=plan.backoff,
+                               probation=plan.probation, retry_known_bad=False)
     assert failover.ladder_order(settings)[0] == "spec"
 
 

@@ -6,7 +6,8 @@ tune ranks is one `run` accepts, and a failure is named as `run` would name it.
 
 The ranking (fastest working profile first) is persisted in the state directory under the same
 deployment fingerprint `run` computes, and the winner is marked last-known-good there, so the next
-`run` starts with it. Progress goes to stderr as it happens; the table (or JSON) to stdout.
+`run` starts with it (no probation for the profiles it beat; the ones that failed here are
+remembered as failed starts). Progress goes to stderr as it happens; the table (or JSON) to stdout.
 
 Exit status: 0 when at least one profile served, 69 when none did, 75 when the engine port is
 busy (a running engine), 78 for a configuration error.
@@ -293,7 +294,8 @@ def deployment_fingerprint(prepared: Prepared) -> str:
 
 
 def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
-    """Store the ranking; the winner becomes last-known-good. Returns the winner."""
+    """Store the ranking; the winner becomes last-known-good, and a profile that failed here is
+    remembered as a failed start (so `run` does not try it first on probation). Returns the winner."""
     working = [r.profile for r in ranked if r.decode_tps_p50 is not None]
     if not working:
         return None
@@ -302,6 +304,9 @@ def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
     now = time.time()
     store.set_ranking(fp, working, now)
     store.mark_good(fp, working[0], now)
+    for r in ranked:
+        if r.decode_tps_p50 is None and r.failure is not None:
+            store.mark_bad(fp, r.profile, r.failure, now)
     return working[0]
 
 

@@ -203,6 +203,40 @@ def _traceback(cfg: SimConfig, rank: int, inner: str, outer: str | None) -> list
     return [_log(body), Step("sigquit")]
 
 
+# Real 0.5.17 on an H200 (tests/fixtures/sglang-0.5.17-h200-seed/tuned-sbo-then-no-prefill-graph.
+# engine.log): initialize_moe_config refuses single batch overlap on any SM90 GPU, for every model,
+# in the scheduler's constructor, before any weight loads.
+SBO_SM90_ERROR = (
+    "ValueError: SBO (single batch overlap) is not supported on SM90 GPUs with latest "
+    "sgl-deep-gemm wheel. Please try removing --enable-single-batch-overlap argument."
+)
+
+
+def refused_on_this_gpu(cfg: SimConfig) -> str | None:
+    """The exception line real SGLang raises at scheduler start for a flag this GPU cannot run."""
+    sm = cfg.sim.gpu_sm
+    if sm is not None and int(sm) == 9 and cfg.server_args.get("enable_single_batch_overlap"):
+        return SBO_SM90_ERROR
+    return None
+
+
+def _scheduler_init_traceback(inner: str) -> list[Step]:
+    """`Scheduler hit an exception` raised from Scheduler.__init__ (the frames of the fixture)."""
+    body = (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 4931, '
+        "in run_scheduler_process\n    scheduler = Scheduler(\n                ^^^^^^^^^^\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 488, '
+        "in __init__\n    self.init_moe_gemm_config()\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 873, '
+        "in init_moe_gemm_config\n    initialize_moe_config(self.server_args)\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/layers/moe/utils.py", line 318, '
+        "in initialize_moe_config\n    raise ValueError(\n"
+        f"{inner}\n"
+    )
+    return [_log(body), Step("sigquit")]
+
+
 def _oom(cfg: SimConfig, rank: int, mem: Memory) -> str:
     used = mem.total - mem.start_avail + mem.weights + mem.draft_weights + mem.kv
     return OOM_TEXT.format(gpu=rank, total=mem.total * 0.931, used=used, alloc=mem.weights + mem.kv)
@@ -393,6 +427,10 @@ def capture_timings(cfg: SimConfig) -> dict[str, float]:
 def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[Step]:
     """The whole startup of TP rank `rank`, ending in `ready` (or a failure)."""
     p = _Phases(cfg, rank, faults)
+    refused = refused_on_this_gpu(cfg)
+    if refused is not None:
+        p.stop(*_scheduler_init_traceback(refused))
+        return p.steps
     mem = p.mem
     t = capture_timings(cfg)
     legacy = cfg.spec.capture_style == "legacy"

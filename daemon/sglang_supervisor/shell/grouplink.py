@@ -12,6 +12,10 @@ Worker (node R > 0): `WorkerNode` runs instead of the Supervisor. It never reads
 `/health` (SGLang's dummy server answers 200 whatever the ranks do): its engine is serving when the
 launcher printed the dummy server line after every local capture ended, and failed when the
 launcher exits or one of its scheduler processes is gone.
+
+Long because: it holds the two shell ends of one HTTP link, LeaderLink serving what WorkerNode posts
+and reads, so the wire's two sides change together; the messages and every decision are
+core/group.py's.
 """
 
 from __future__ import annotations
@@ -385,6 +389,11 @@ class WorkerNode:
     # -- main loop --------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        """Long because: the worker node's one loop: signal handlers installed around it and removed in
+        its finally, the watchdog, the exchange with the leader, the pure decision
+        (group.worker_decide) and its execution; the view, the last answer's time and the engine it
+        started are carried across iterations and seen by the finally clause.
+        """
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)

@@ -56,3 +56,13 @@ def nearest_known_version(v: str) -> str:
 
 def at_least(version: str, floor: str) -> bool:
     return parse_version(version) >= parse_version(floor)
+
+
+# Releases where a behaviour the supervisor depends on changed.
+PER_PHASE_GRAPHS = "0.5.14"  # per-phase cuda_graph_config; old flags become deprecated aliases
+ALIASES_REMOVED = "0.5.20"  # the deprecated aliases give argparse rc 2
+SPEC_V2_IGNORED = "0.5.21"  # SGLANG_ENABLE_SPEC_V2 silently ignored
+SPEC_V2_DEFAULT_ON = "0.5.11"  # the overlap-scheduled speculative worker became the default
+TC_PIECEWISE_REMOVED = "0.5.22"  # prefill backend tc_piecewise rejected
+REQUEST_RECORDS_ON_STDOUT = "0.5.8"  # --log-requests records and access lines go to stdout
+CLEAN_DRAIN_EXIT_0 = "0.5.19"  # the drain ends in sys.exit(0), no longer a self-SIGKILL

@@ -43,12 +43,13 @@ class Reloader:
         """Re-read the configuration; the engine restarts only if its command changed."""
         self.seq += 1
         log.info("supervisor.reload_begin", seq=self.seq, requests=requests)
-        result = "unfinished"  # cancelled by our exit, or an internal error
+        result: dict[str, Any] = {"result": "unfinished"}  # cancelled by our exit, or a bug
         try:
             await self._reload()
-            result = str(self.last["result"]) if self.last else result
+            result = self.last or result
         finally:
-            log.info("supervisor.reload_end", seq=self.seq, result=result)
+            log.info("supervisor.reload_end", seq=self.seq, result=result["result"],
+                     changed=result.get("changed"))
 
     async def _reload(self) -> None:
         sup = self.sup

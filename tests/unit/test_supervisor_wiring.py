@@ -14,9 +14,10 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_supervisor.core.config import default_demo_config_path, parse_config
+from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import ServerReady
 from sglang_supervisor.core.policy import EngineExited, Launch, Launched, MarkGood, Phase, ProbeOk, Start
+from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell.process import StopResult
 from sglang_supervisor.shell.runner import Engine

@@ -23,13 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from sglang_supervisor.commands.doctor import port_busy, quiet_logging
-from sglang_supervisor.core.config import Config, ConfigError, load_config
+from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, FailureClass, ServerReady
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.probe import make_shape, probe_many
 from sglang_supervisor.shell.process import EngineProcess, engine_env
 from sglang_supervisor.shell.supervisor import Prepared, ladder_hash, prepare

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import secrets
 import signal
@@ -293,7 +294,7 @@ class WorkerNode:
         loop = asyncio.get_running_loop()
         if rc.secret_config:  # the command names the 0600 --config file holding the API key
             try:
-                write_secret_config(default_secret_config_path(self.config), rc.secret_config)
+                write_secret_config(default_secret_config_path(self.config, os.environ), rc.secret_config)
             except OSError as exc:
                 log.error("group.secret_config", error=exc.strerror or str(exc))
                 return
@@ -450,7 +451,7 @@ class WorkerNode:
                 self.notifier.stopping("stopping")
                 await self._stop_engine("supervisor stopping")
                 with contextlib.suppress(OSError):
-                    remove_secret_config(default_secret_config_path(self.config))
+                    remove_secret_config(default_secret_config_path(self.config, os.environ))
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
         return code

@@ -5,6 +5,7 @@ to wait for, the decode log interval). Pure but for reading the API key files.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -77,7 +78,7 @@ def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:
 def prepare(config: Config, version: str, *, secret_path: str | None = None) -> Prepared:
     """Render every profile; any flag the target release refuses is a configuration error."""
     api_key = read_api_key(config.engine)
-    path = secret_path or default_secret_config_path(config)
+    path = secret_path or default_secret_config_path(config, os.environ)
     renders: dict[str, RenderedCommand] = {}
     problems: list[ConfigProblem] = []
     for p in config.profiles:

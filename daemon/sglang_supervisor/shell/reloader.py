@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from sglang_supervisor.core import reloadplan
-from sglang_supervisor.core.config import Config, ConfigError, load_config
+from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.policy import UP_PHASES, ReloadRequested
 from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.logsetup import set_redactions
 from sglang_supervisor.shell.preflight import prepare
 

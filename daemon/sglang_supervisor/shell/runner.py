@@ -158,7 +158,7 @@ class EngineRunner:
         rc = self.sup.prep.renders.get(profile)
         if rc is None:  # a profile added by a reload is rendered on the spot
             rc = render(self.sup.config, profile, self.sup.prep.version, python=sys.executable,
-                        secret_config_path=default_secret_config_path(self.sup.config),
+                        secret_config_path=default_secret_config_path(self.sup.config, os.environ),
                         api_key=self.sup.prep.api_key)
         return rc
 
@@ -174,7 +174,7 @@ class EngineRunner:
             return
         secret_path: str | None = None
         if rc.secret_config:
-            secret_path = default_secret_config_path(sup.config)
+            secret_path = default_secret_config_path(sup.config, os.environ)
             try:
                 write_secret_config(secret_path, rc.secret_config)
             except OSError as exc:

@@ -283,7 +283,7 @@ class Supervisor:
         if self.client is not None:
             await self.client.aclose()
         with contextlib.suppress(OSError):
-            remove_secret_config(default_secret_config_path(self.config))
+            remove_secret_config(default_secret_config_path(self.config, os.environ))
 
     async def _start_metrics(self) -> None:
         if not self.config.metrics.enabled:

@@ -1,8 +1,12 @@
 """Supervisor configuration: YAML -> validated, frozen model.
 
-Field names here are the contract for every other module (and docs/CONFIG.md). Loading and the
-human-readable error report live in `load_config`; validation errors name the key path, the
-problem and the fix.
+Field names here are the contract for every other module (and docs/CONFIG.md). Validation
+errors name the key path, the problem and the fix. Pure: reading the file and checking the files
+it names (API key files, a local model) is `shell.configfile.load_config`'s.
+
+Size (~1000 lines): the schema, its bounds and the report that explains a violation of each are
+one contract; split, a field and the message that names its problem would drift apart.
+`_profile_problems` (~65 lines) walks every profile once, one check per kind of mistake.
 """
 
 from __future__ import annotations

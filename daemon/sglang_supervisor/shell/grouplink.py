@@ -12,6 +12,10 @@ Worker (node R > 0): `WorkerNode` runs instead of the Supervisor. It never reads
 `/health` (SGLang's dummy server answers 200 whatever the ranks do): its engine is serving when the
 launcher printed the dummy server line after every local capture ended, and failed when the
 launcher exits or one of its scheduler processes is gone.
+
+Size (~500 lines): both ends of one wire protocol (its bounds and parsing) live in one file.
+`WorkerNode.run` (~70 lines) is the worker's one polling loop, start to exit: the decision is
+`group.worker_decide`'s, and the loop reads best as one sequence (watchdog, exchange, act, report).
 """
 
 from __future__ import annotations

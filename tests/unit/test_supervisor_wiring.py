@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import ServerReady
 from sglang_supervisor.core.policy import EngineExited, Launch, Launched, MarkGood, Phase, ProbeOk, Start
+from sglang_supervisor.shell import reloader
 from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell.process import StopResult
@@ -196,3 +197,25 @@ def test_a_reload_that_keeps_the_engine_keeps_it_good_under_the_new_fingerprint(
     assert sup.store.last_good(sup.fp) == "tuned"
     info = sup.metrics.active_profile._value
     assert info["config_hash"] == sup.fp and info["profile"] == "tuned"
+
+
+def test_a_reload_that_cannot_read_its_file_in_time_is_refused_and_frees_the_inbox(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A reload holds the lifecycle loop (signals wait for it): a file on a hung mount must not
+    hold it for ever. Nothing of the new file is applied."""
+    data = demo_data(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
+                     Options(config_path=str(path), environ={}))
+    monkeypatch.setattr(reloader, "READ_TIMEOUT_S", 0.05)
+    prep, fp = sup.prep, sup.fp
+
+    async def hung(_path: str) -> Any:
+        await asyncio.Event().wait()  # never set: a read that never returns
+
+    sup.reloader._read = hung  # type: ignore[method-assign]
+    asyncio.run(sup.reloader.reload())
+    assert sup.reloader.last is not None and sup.reloader.last["result"] == "refused"
+    assert "took more than" in sup.reloader.last["reason"]
+    assert sup.prep is prep and sup.fp == fp

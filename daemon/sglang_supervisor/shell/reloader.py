@@ -19,12 +19,16 @@ from sglang_supervisor.core.policy import UP_PHASES, ReloadRequested
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.logsetup import set_redactions
-from sglang_supervisor.shell.preflight import prepare
+from sglang_supervisor.shell.preflight import Prepared, prepare
 
 if TYPE_CHECKING:
     from sglang_supervisor.shell.supervisor import Supervisor
 
 log = structlog.get_logger("sglang_supervisor")
+
+# A reload holds the lifecycle loop's inbox (signals wait for it): the file, the engine's version
+# (`version: auto` runs its interpreter, bounded at 30 s) and the rendering must be done by then.
+READ_TIMEOUT_S = 60.0
 
 
 class Reloader:
@@ -59,10 +63,12 @@ class Reloader:
             self.refuse("no configuration file to re-read", "no_config")
             return
         try:
-            config = await asyncio.to_thread(load_config, path)
-            # `version: auto` runs the engine's interpreter: never on the loop (watchdog, health).
-            version = await asyncio.to_thread(self._version, config)
-            prepared = await asyncio.to_thread(prepare, config, version)
+            prepared, new_fp = await asyncio.wait_for(self._read(path), READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            # The loop handles nothing else from its inbox meanwhile (a SIGTERM waits): bounded.
+            self.refuse(f"reading and rendering the configuration took more than {READ_TIMEOUT_S:g} s "
+                        "(a file on a hung mount? a FIFO?)", "timeout")
+            return
         except ConfigError as exc:
             # A broken file must not take a healthy engine down: keep running what we have.
             first = exc.problems[0] if exc.problems else None
@@ -70,6 +76,8 @@ class Reloader:
                 f", first: {first.path or 'file'}: {first.problem}" if first else "")
             self.refuse(why[:300], "invalid", report=str(exc))
             return
+        # From here on nothing is awaited: the reload is applied whole, or not at all.
+        config = prepared.config
         current = sup.lifecycle.profile
         old = sup.prep.renders.get(current) if current else None
         new = prepared.renders.get(current) if current else None
@@ -85,8 +93,8 @@ class Reloader:
         sup.prep = prepared
         sup.config = config
         # Baselines, last good and known bad belong to the commands that earned them: the new
-        # ladder has its own (NVML is read off the loop).
-        old_fp, sup.fp = sup.fp, await asyncio.to_thread(sup.fingerprint)
+        # ladder has its own.
+        old_fp, sup.fp = sup.fp, new_fp
         if sup.fp != old_fp:
             log.info("supervisor.fingerprint_changed", old=old_fp, new=sup.fp)
         if secrets := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
@@ -105,6 +113,14 @@ class Reloader:
             sup.publish_active(current)
         if probe_changed and not changed:
             sup.serving.probe_settings_changed()
+
+    async def _read(self, path: str) -> tuple[Prepared, str]:
+        """The file read, validated and rendered, and its fingerprint: all off the loop (`version:
+        auto` runs the engine's interpreter; NVML may be slow)."""
+        config = await asyncio.to_thread(load_config, path)
+        version = await asyncio.to_thread(self._version, config)
+        prepared = await asyncio.to_thread(prepare, config, version)
+        return prepared, await asyncio.to_thread(self.sup.fingerprint, prepared)
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:
         """Keep everything as it runs, and say why where operators look: the journal, STATUS=

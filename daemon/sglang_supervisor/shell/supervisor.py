@@ -152,11 +152,14 @@ class Supervisor:
 
     # -- setup ----------------------------------------------------------------------------
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, prep: Prepared | None = None) -> str:
+        """The deployment's fingerprint (model, engine version, GPUs, driver, commands) for the
+        running configuration, or for `prep` (a reload's, before it is applied). Reads NVML."""
+        prep = prep or self.prep
         gpus = gpu.snapshot() or []
         return state.fingerprint(
-            self.config.engine.model_path, self.prep.version, [g.name for g in gpus],
-            next((g.driver for g in gpus if g.driver), "") or "", ladder_hash(self.prep.renders))
+            prep.config.engine.model_path, prep.version, [g.name for g in gpus],
+            next((g.driver for g in gpus if g.driver), "") or "", ladder_hash(prep.renders))
 
     def settings(self, first_run: bool) -> Settings:
         now = time.time()
@@ -343,16 +346,17 @@ class Supervisor:
 
     async def _handle(self, item: Item) -> None:
         """One item of the inbox, handled to the end before the next (inbox.py)."""
-        if isinstance(item, StopRequested):
-            self.feed(item)
-        elif isinstance(item, ReloadRequest):
-            if not self._internal_failure:
-                await self.reloader.reload(item.requests)
-        elif isinstance(item, TimerDue):
-            if self.timers.due(item):
-                self.feed(TimerFired(item.name))
-        else:
-            assert_never(item)
+        match item:
+            case StopRequested():
+                self.feed(item)
+            case ReloadRequest(requests=requests):
+                if not self._internal_failure:
+                    await self.reloader.reload(requests)
+            case TimerDue(name=name):
+                if self.timers.due(item):
+                    self.feed(TimerFired(name))
+            case _:
+                assert_never(item)
 
     def feed(self, inp: Input) -> None:
         if self._internal_failure:

@@ -80,6 +80,20 @@ def render(sections: list[Section], info: dict[str, str], argv: list[str], secon
     return "\n".join(out) + "\n"
 
 
+HAND_MARKER = "<!-- bench/run keeps everything below this line: sections measured by other commands -->"
+
+
+def kept_by_hand(out: Path) -> str:
+    """The hand-added sections of the previous report (their own commands are named in them), so a
+    rerun of the suite does not silently drop figures it does not measure itself."""
+    try:
+        old = out.read_text()
+    except OSError:
+        return ""
+    at = old.find(HAND_MARKER)
+    return "" if at < 0 else "\n" + old[at:]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(prog="bench/run", description=__doc__)
     p.add_argument("--quick", action="store_true", help="short phases, fewer repetitions")
@@ -116,6 +130,7 @@ def main() -> int:
             print(f"   {row.metric}: {row.value}{verdict}", file=sys.stderr)
         sections.append(sec)
     text = render(sections, info, sys.argv[1:], time.monotonic() - began)
+    text += kept_by_hand(Path(args.out))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     if args.json:

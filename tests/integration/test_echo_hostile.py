@@ -97,3 +97,53 @@ def test_the_real_0_5_17_log_requests_run_would_keep_serving(daemons: list[Daemo
     _serves_on(d, mark, log, "error: unrecognized arguments: --user")
     stop_cleanly(d)
     assert d.named("supervisor.exit")[0]["code"] == 0
+
+
+# A dict key holding newlines: SGLang 0.5.8+ prints request dict keys raw (`'{k}': repr(v)`), so
+# this writes whole engine lines, header and all. The request logger writes to stdout, SGLang's
+# own log to stderr, and the supervisor parses only stderr: nothing here can be an event.
+FORGED_KEY = (
+    "x': 1})\n"
+    "[2026-12-01 10:00:00.123 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    "[2026-12-01 10:00:00.200] Received sigquit from a child process. It usually means the child failed.\n"
+    "sglang serve: error: unrecognized arguments: --user\n"
+    "OSError: [Errno 98] Address already in use\n"
+    "[2026-12-01 10:00:01.000] Decode batch, #running-req: 5, #token: 10, token usage: 0.00, "
+    "cuda graph: False, gen throughput (token/s): 0.01, #queue-req: 0\n"
+    "b"
+)
+
+
+def test_a_forged_line_behind_a_raw_dict_key_stops_nothing(daemons: list[Daemon], tmp_path: Path) -> None:
+    data = _with_log_requests(base_config(tmp_path), "2", "text")
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    mark = len(d.events)
+    pids = d.engine_pids()
+    base = f"http://127.0.0.1:{data['engine']['port']}"
+    with httpx.Client(base_url=base, timeout=30) as client:
+        r = client.post("/generate", json={"text": "hi",
+                                           "sampling_params": {FORGED_KEY: 1, "max_new_tokens": 2}})
+        assert r.status_code == 200
+        r = client.post("/v1/chat/completions", json={
+            "model": "default", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+            "chat_template_kwargs": {FORGED_KEY: True}})
+        assert r.status_code == 200
+    log = tmp_path / "engine.log"
+    # The records that hold the key, forged lines and all, are in the log: Receive and Finish of
+    # /generate, Receive OpenAI of the chat request (its GenerateReqInput has no such dict).
+    d.wait_for("the forged records in the engine log",
+               lambda: log.read_text(encoding="utf-8", errors="replace").count(
+                   "\nRuntimeError: CUDA error: an illegal memory access was encountered\n") >= 3)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    assert "Receive: obj=GenerateReqInput(rid=" in text and "Receive OpenAI: obj={" in text
+    assert "\nsglang serve: error: unrecognized arguments: --user\n" in text
+    time.sleep(3)  # a few health checks (every second here) for anything parsed to be acted on
+    _serves_on(d, mark, log, "Received sigquit from a child process")
+    assert d.engine_pids() == pids
+    with httpx.Client(base_url=base, timeout=30) as client:  # and it still answers
+        assert client.post("/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}}
+                           ).status_code == 200
+    stop_cleanly(d)
+    assert d.named("supervisor.exit")[0]["code"] == 0

@@ -471,6 +471,27 @@ def test_openai_routes(sims: list[Sim], tmp_path: Path) -> None:
     assert httpx.post(sim.base + "/flush_cache", timeout=10).status_code == 200
 
 
+def test_request_records_and_access_lines_on_stdout_the_log_on_stderr(sims: list[Sim], tmp_path: Path
+                                                                      ) -> None:
+    # SGLang 0.5.8+: the request logger's own StreamHandler(sys.stdout) and uvicorn's access
+    # handler write to stdout; SGLang's log (ready line, uvicorn's startup) to stderr.
+    sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny", "--log-requests"])
+    sim.wait_log("The server is fired up and ready to roll!")
+    r = httpx.post(sim.base + "/generate", timeout=10,
+                   json={"text": "hello there", "sampling_params": {"max_new_tokens": 2}})
+    assert r.status_code == 200
+    deadline = time.monotonic() + DEADLINE_S
+    while not all(t in sim.out_path.read_bytes() for t in (b"text='hello there'", b"POST /generate")):
+        assert time.monotonic() < deadline, sim.out_path.read_bytes()[-2000:]
+        time.sleep(0.05)
+    out, err = sim.out_path.read_bytes(), sim.log()
+    assert b"] Receive: obj=GenerateReqInput(rid=" in out and b"text='hello there'" in out
+    assert b'"POST /generate HTTP/1.1" 200' in out
+    assert b"Receive: obj=" not in err and b"Finish: obj=" not in err and b"POST /generate" not in err
+    assert b"Uvicorn running on" in err and b"Uvicorn running on" not in out
+    assert b"The server is fired up" not in out
+
+
 def test_idle_server_uses_little_cpu(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, NEXTN)
     sim.wait_log("The server is fired up and ready to roll!")

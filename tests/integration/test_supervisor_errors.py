@@ -17,7 +17,7 @@ import yaml
 
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.core.policy import Input, Launched
+from sglang_supervisor.core.inputs import Input, Launched
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell.process import group_members
 from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare

@@ -18,14 +18,14 @@ from sglang_supervisor.shell.process import EngineProcess, engine_env, group_mem
 pytestmark = pytest.mark.integration
 
 
-def read_all(proc: EngineProcess) -> bytes:
+def read_all(proc: EngineProcess, fd: int | None = None) -> bytes:
     chunks = []
-    while data := os.read(proc.stdout_fd, 65536):
+    while data := os.read(proc.stdout_fd if fd is None else fd, 65536):
         chunks.append(data)
     return b"".join(chunks)
 
 
-def test_spawn_own_session_one_pipe_no_notify_env() -> None:
+def test_spawn_own_session_two_pipes_no_notify_env() -> None:
     env = engine_env({"PATH": os.environ["PATH"], "NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "1"},
                      {"FOO": "bar"})
     script = 'echo out; echo err >&2; echo "sid=$(ps -o sid= -p $$ | tr -d " ") ' \
@@ -33,8 +33,11 @@ def test_spawn_own_session_one_pipe_no_notify_env() -> None:
              'echo "notify=${NOTIFY_SOCKET:-unset} foo=$FOO"; read x || echo stdin-eof'
     proc = EngineProcess.spawn(["sh", "-c", script], env)
     out = read_all(proc).decode()
+    err = read_all(proc, proc.stderr_fd).decode()
     assert asyncio.run(proc.wait()) == 0
-    assert "out\nerr\n" in out  # stderr shares the stdout pipe
+    # Apart: SGLang's own log is on stderr, request records (user text) on stdout.
+    assert out.startswith("out\n") and "err" not in out
+    assert err == "err\n"
     assert f"sid={proc.pid} pgid={proc.pid}" in out
     assert "notify=unset foo=bar" in out
     assert "stdin-eof" in out

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sglang_supervisor.commands import tune
-from sglang_supervisor.core import policy
+from sglang_supervisor.core import failover
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
@@ -108,4 +108,4 @@ def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Pat
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == working
     settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
-    assert policy.ladder_order(settings)[0] == report["winner"] == working[0]
+    assert failover.ladder_order(settings)[0] == report["winner"] == working[0]

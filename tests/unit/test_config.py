@@ -231,6 +231,32 @@ def test_bad_profile_name() -> None:
     assert "a-z" in p.fix
 
 
+@pytest.mark.parametrize("action", ["next", "stop"])
+def test_profile_names_that_are_remediation_actions_are_refused(action: str) -> None:
+    # `remediation.capture_oom: stop` would silently mean the action, never this profile.
+    p = only_problem(MINIMAL.replace("name: second", f"name: {action}"))
+    assert p.path == "profiles[1].name"
+    assert "remediation action" in p.problem and f"'{action}-profile'" in p.fix
+
+
+def test_every_remediation_action_is_reserved() -> None:
+    from sglang_supervisor.core.failover import RemediationAction
+
+    for action in RemediationAction:
+        assert problems_of(MINIMAL.replace("name: first", f"name: {action.value}"))
+    parse_config(MINIMAL.replace("name: second", "name: stop-profile"), "t")  # only the bare word
+
+
+def test_check_exits_78_for_a_profile_named_stop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_supervisor.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(MINIMAL.replace("name: second", "name: stop") + "remediation:\n  capture_oom: stop\n")
+    assert main(["check", "-c", str(cfg), "--sglang-version", "0.5.23"]) == 78
+    err = capsys.readouterr().err
+    assert "profiles[1].name" in err and "remediation action" in err and "Traceback" not in err
+
+
 def test_extends_chain_overlays_in_order() -> None:
     text = MINIMAL + """\
   - name: third

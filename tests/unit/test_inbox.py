@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from sglang_supervisor.core.policy import SetTimer, StopRequested
+from sglang_supervisor.core.actions import SetTimer
+from sglang_supervisor.core.inputs import StopRequested
 from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
 from sglang_supervisor.shell.timers import Timers
 

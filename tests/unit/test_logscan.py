@@ -13,7 +13,7 @@ from sglang_supervisor import cli
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
 KEYS = {"file", "ready", "phase", "tp_size", "capture", "failure", "crashed", "last_gen_throughput",
-        "last_input_throughput", "decode_cuda_graph", "run", "runs"}
+        "last_input_throughput", "decode_cuda_graph", "run", "runs", "text_request_records"}
 
 
 def test_json_one_object_per_file(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_supervisor.core.actions import (
+    Action,
+    Exit,
+    Launch,
+    Log,
+    MarkBad,
+    MarkGood,
+    NotifyReady,
+    NotifyReloading,
+    NotifyStatus,
+    NotifyStopping,
+    RunReadyProbe,
+    SetTimer,
+    StopEngine,
+)
 from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
@@ -17,47 +32,36 @@ from sglang_supervisor.core.events import (
     WeightsLoadBegan,
 )
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.core.policy import (
-    FAILURE_GRACE_TIMER,
-    STALL_TIMER,
-    STATUS_REFRESH_S,
-    Action,
-    DecodeProgress,
-    EngineExited,
-    Exit,
-    GpuBusy,
-    HealthFailed,
-    HealthOk,
-    Launch,
-    Launched,
-    LaunchFailed,
-    Lifecycle,
-    Log,
-    MarkBad,
-    MarkGood,
-    NotifyReady,
-    NotifyReloading,
-    NotifyStatus,
-    NotifyStopping,
-    PassiveThroughput,
-    Phase,
-    PortBusy,
-    ProbeFailed,
-    ProbeOk,
-    RegressionDecision,
-    ReloadRequested,
-    RunReadyProbe,
-    SetTimer,
-    Settings,
-    Start,
-    StopEngine,
-    StopRequested,
-    TimerFired,
+from sglang_supervisor.core.failover import (
     choose_next,
     classify_failure,
     ladder_order,
     skipped_known_bad,
 )
+from sglang_supervisor.core.inputs import (
+    FAILURE_GRACE_TIMER,
+    STALL_TIMER,
+    DecodeProgress,
+    EngineExited,
+    GpuBusy,
+    HealthFailed,
+    HealthOk,
+    Launched,
+    LaunchFailed,
+    PassiveThroughput,
+    PortBusy,
+    ProbeFailed,
+    ProbeOk,
+    RegressionDecision,
+    ReloadRequested,
+    Settings,
+    Start,
+    StopRequested,
+    TimerFired,
+)
+from sglang_supervisor.core.lifecycle import Lifecycle
+from sglang_supervisor.core.lifecycle_base import STATUS_REFRESH_S
+from sglang_supervisor.core.phases import Phase
 
 LADDER = ("primary", "no-prefill-graph", "low-mem", "eager")
 TP2 = frozenset({("target", "prefill", "TP0"), ("target", "prefill", "TP1"),

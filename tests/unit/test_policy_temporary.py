@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+from sglang_supervisor.core.actions import (
+    Action,
+    CancelTimer,
+    Exit,
+    Launch,
+    MarkBad,
+    NotifyStatus,
+    SetTimer,
+    StopEngine,
+    WaitTemporary,
+)
 from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
@@ -11,30 +22,21 @@ from sglang_supervisor.core.events import (
     ServerReady,
 )
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.core.policy import (
+from sglang_supervisor.core.inputs import (
     TEMPORARY_TIMER,
-    Action,
-    CancelTimer,
     EngineExited,
-    Exit,
     GpuBusy,
-    Launch,
     Launched,
-    Lifecycle,
-    MarkBad,
-    NotifyStatus,
-    Phase,
     PortBusy,
     ProbeOk,
-    SetTimer,
     Settings,
     Start,
-    StopEngine,
     StopRequested,
     TemporaryCleared,
     TimerFired,
-    WaitTemporary,
 )
+from sglang_supervisor.core.lifecycle import Lifecycle
+from sglang_supervisor.core.phases import Phase
 
 LADDER = ("primary", "no-prefill-graph", "eager")
 

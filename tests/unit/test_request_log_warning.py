@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_supervisor.engine.sglang import migrate_args
+from sglang_supervisor.engine.sglang import migrate_args, migrate_env
 
 
 def warned(args: list[str], version: str = "0.5.23") -> bool:
@@ -37,3 +37,12 @@ def test_safe_request_logging_is_not_warned_about(args: list[str]) -> None:
 def test_the_warning_names_the_fix() -> None:
     [p] = [p for p in migrate_args(["--log-requests"], "0.5.23").problems if p.flag == "--log-requests"]
     assert "--log-requests-format json" in p.fix
+
+
+def test_a_logging_config_of_its_own_is_warned_about() -> None:
+    # SGLang's own log must stay on stderr: the supervisor parses only that stream.
+    m = migrate_env({"SGLANG_LOGGING_CONFIG_PATH": "/etc/sglang/logging.json"}, "0.5.23")
+    [p] = [p for p in m.warnings if p.flag == "SGLANG_LOGGING_CONFIG_PATH"]
+    assert p.severity == "warning" and "ext://sys.stderr" in p.fix
+    assert m.env["SGLANG_LOGGING_CONFIG_PATH"] == "/etc/sglang/logging.json"  # kept, only warned
+    assert migrate_env({"SGLANG_LOG_MS": "1"}, "0.5.23").warnings == []

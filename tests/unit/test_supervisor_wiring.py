@@ -14,9 +14,11 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from sglang_supervisor.core.actions import Launch, MarkGood
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import ServerReady
-from sglang_supervisor.core.policy import EngineExited, Launch, Launched, MarkGood, Phase, ProbeOk, Start
+from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start
+from sglang_supervisor.core.phases import Phase
 from sglang_supervisor.shell import reloader
 from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL

@@ -9,7 +9,7 @@ import yaml
 
 from sglang_supervisor.commands import tune
 from sglang_supervisor.commands.tune import TuneResult, format_table, rank
-from sglang_supervisor.core import policy
+from sglang_supervisor.core import failover
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
@@ -77,7 +77,7 @@ def test_persist_makes_the_winner_run_first(tmp_path: Path) -> None:
     assert store.ranking(fp) == ["spec", "no-spec", "eager"]
     # `run` builds its policy from the store the same way: the winner is tried first.
     settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
-    assert policy.ladder_order(settings)[0] == "spec"
+    assert failover.ladder_order(settings)[0] == "spec"
 
 
 def test_nothing_persisted_when_nothing_served(tmp_path: Path) -> None:

@@ -7,20 +7,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from sglang_supervisor.core.actions import Launch, Log, MarkBad, MarkGood
 from sglang_supervisor.core.events import EngineFailed, FailureClass, ServerReady
-from sglang_supervisor.core.policy import (
-    EngineExited,
-    Launch,
-    Launched,
-    Lifecycle,
-    Log,
-    MarkBad,
-    MarkGood,
-    ProbeOk,
-    Settings,
-    Start,
-    ladder_order,
-)
+from sglang_supervisor.core.failover import ladder_order
+from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Settings, Start
+from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.wayback import Plan, Policy, backoff_s, is_transient, plan
 from sglang_supervisor.shell.state import State, with_bad, with_good
 

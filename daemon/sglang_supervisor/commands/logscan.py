@@ -12,9 +12,9 @@ from typing import Any, TextIO
 from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.failover import choose_next
 from sglang_supervisor.core.logruns import Run, scan_runs
 from sglang_supervisor.core.logwatch import LogSummary, summarize
-from sglang_supervisor.core.policy import choose_next
 from sglang_supervisor.shell.configfile import load_config
 
 
@@ -40,12 +40,14 @@ def main(args: argparse.Namespace) -> int:
         explain = _explain(summary, args.config) if args.explain else None
         if args.json:
             row = {"file": name, **summary.to_json(), "run": run.index,
-                   "runs": [_run_row(r, summarize(r.events) if r is not run else summary) for r in runs]}
+                   "runs": [_run_row(r, summarize(r.events) if r is not run else summary) for r in runs],
+                   "text_request_records": run.text_request_records}
             if explain is not None:
                 row["explain"] = explain
             print(json.dumps(row))
         else:
             _report(name, summary, sys.stdout)
+            _report_request_records(run, sys.stdout)
             _report_runs(runs, run, sys.stdout)
             if explain is not None:
                 _report_explain(explain, sys.stdout)
@@ -109,6 +111,17 @@ def _report(name: str, s: LogSummary, out: TextIO) -> None:
               file=out)
     if s.last_input_throughput is not None:
         print(f"  last prefill throughput: {s.last_input_throughput} tok/s", file=out)
+
+
+def _report_request_records(run: Run, out: TextIO) -> None:
+    """A saved log holds both of the engine's streams with nothing to tell them apart: after a
+    text-form request record, a line may be an API user's (SGLang prints dict keys unescaped)."""
+    if run.text_request_records:
+        print(f"  note: {run.text_request_records} --log-requests record(s) in the text form: SGLang "
+              "prints their dict keys unescaped, so an API user can write whole lines into this log; "
+              "a failure, crash or ready line above may be theirs. The running supervisor is not "
+              "misled (it reads the engine's stdout, where SGLang 0.5.8+ writes these records, "
+              "apart); see docs/FAULTS.md", file=out)
 
 
 def _report_runs(runs: list[Run], shown: Run, out: TextIO) -> None:

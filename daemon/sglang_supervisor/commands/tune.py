@@ -135,18 +135,28 @@ class _Watch:
                     self.ready.set()
 
 
-async def _pump(proc: EngineProcess, watch: _Watch) -> None:
+    def touch(self, data: bytes) -> None:
+        """Output on the engine's stdout (request records, access lines: user text, never parsed)."""
+        self.last_output = time.monotonic()
+
+
+async def _drain(fd: int, feed: Callable[[bytes], None]) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    pipe = os.fdopen(proc.stdout_fd, "rb", buffering=0)  # the transport closes it
+    pipe = os.fdopen(fd, "rb", buffering=0)  # the transport closes it
     transport, _ = await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), pipe
     )
     try:
         while chunk := await reader.read(65536):
-            watch.feed(chunk)
+            feed(chunk)
     finally:
         transport.close()
+
+
+async def _pump(proc: EngineProcess, watch: _Watch) -> None:
+    """SGLang's own log (stderr) is parsed; its stdout is drained so that the engine never blocks."""
+    await asyncio.gather(_drain(proc.stderr_fd, watch.feed), _drain(proc.stdout_fd, watch.touch))
 
 
 async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config, began: float) -> str | None:

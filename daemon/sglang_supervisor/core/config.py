@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.core.failover import REMEDIATION_ACTIONS
 from sglang_supervisor.core.group import GroupSettings
 
 ArgScalar = str | int | float | bool
@@ -327,6 +328,12 @@ class Profile(_ArgsAndEnv):
             raise FixableValueError(
                 f"profile name {v!r} is not allowed (it is used in metrics labels and file names)",
                 "use 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit")
+        if v in REMEDIATION_ACTIONS:
+            # `remediation.capture_oom: stop` must have one meaning: the action, never a profile.
+            raise FixableValueError(
+                f"profile name {v!r} is a remediation action ({' and '.join(REMEDIATION_ACTIONS)} "
+                "are reserved): a rule naming it would mean the action, not this profile",
+                f"rename the profile, e.g. {v + '-profile'!r}, and the rules and 'extends' that name it")
         return v
 
 
@@ -488,7 +495,6 @@ class Config(_Strict):
 # --------------------------------------------------------------------------------------------
 
 KEY_SOURCE_ERROR_HINT = "see docs/CONFIG.md"
-REMEDIATION_ACTIONS = ("next", "stop")
 REMEDIATION_KEYS = (*(fc.value for fc in FailureClass), "default")
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ class Run:
     first_line: int
     last_line: int
     events: list[EngineEvent]
+    text_request_records: int = 0  # --log-requests records in a text form (dict keys unescaped)
 
 
 class NumberedSplitter:
@@ -110,7 +111,8 @@ class _RunBuilder:
             n = e.line_no
             return dataclasses.replace(e, line_no=lines[n - 1]) if 0 < n <= len(lines) else e
 
-        return Run(self.index, self.first_line, self.last_line, [renumber(e) for e in self.events])
+        return Run(self.index, self.first_line, self.last_line, [renumber(e) for e in self.events],
+                   self.parser.text_echoes)
 
 
 def scan_runs(read: Callable[[int], bytes], version: str | None = None, chunk: int = 1 << 20) -> list[Run]:

@@ -179,6 +179,9 @@ class LogParser:
         self._draining = False
         self._prev_unmatched: tuple[int, str | None, str] | None = None
         self._echo_left = 0  # lines still read as the rest of an unclosed request echo
+        # --log-requests records in a text form seen: their dict keys are printed raw, so in a
+        # merged log (logscan) a line after one may be a user's (docs/FAULTS.md, "Residual risk").
+        self.text_echoes = 0
         self._request_error_at = -1  # line of the last failed-request record
 
     @property
@@ -415,6 +418,8 @@ class LogParser:
         """A request echo: user text from its first character on (see patterns.ECHO_PREFIXES)."""
         self._prev_unmatched = None
         self._echo_left = 0 if _echo_closed(msg) else P.ECHO_CONTINUATION_LINES
+        if not msg.startswith("{"):
+            self.text_echoes += 1
         return []
 
     def _echo_continuation(self, text: str) -> list[EngineEvent]:

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-# Stops the supervisor chooses while the engine serves well: traffic is moved away first.
-# (Failure stops -- wedged, hang, probe failures -- deregister too, but do not wait for a drain:
-# the engine is not answering anyway. `tune` refuses to run beside a running supervisor, so its
-# stops never touch a registered engine.)
-PLANNED_STOPS = frozenset({"signal", "reload", "regression"})
+# PLANNED_STOPS (owned by reasons.StopReason): stops the supervisor chooses while the engine
+# serves well: traffic is moved away first. (Failure stops -- wedged, hang, probe failures --
+# deregister too, but do not wait for a drain: the engine is not answering anyway. `tune` refuses
+# to run beside a running supervisor, so its stops never touch a registered engine.)
+from sglang_supervisor.core.reasons import PLANNED_STOPS
 
 SERVING_PHASES = frozenset({"ready", "serving"})
 MAX_RECORD_BYTES = 4096
 
 
 def planned(stop_reason: str) -> bool:
-    return stop_reason in PLANNED_STOPS
+    return stop_reason in PLANNED_STOPS  # a StopReason, or its value (equal, same hash)
 
 
 @dataclass(frozen=True)

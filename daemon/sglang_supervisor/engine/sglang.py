@@ -630,8 +630,10 @@ def _forgeable_request_log(items: Sequence[_Item], target: FlagCatalog) -> list[
     """`--log-requests` in SGLang's text form (the default) prints the keys of a request's dicts
     unescaped (`'{k}': repr(v)` in request_logger.py, 0.5.17 and 0.5.23), and users choose the
     keys of `sampling_params` (logged from level 1 up): a key with a newline writes whole lines
-    into the engine's output, which the supervisor reads. The json form escapes keys; a directory
-    target keeps the records out of that output (docs/FAULTS.md, "Residual risk")."""
+    into the engine's output. The supervisor parses only stderr, and these records are on stdout
+    (0.5.8+), but the engine log file holds both: `logscan` and people reading it cannot tell the
+    forged lines apart. The json form escapes keys; a directory target keeps the records out of
+    that output (docs/FAULTS.md, "Residual risk")."""
     given: dict[str, tuple[str, ...]] = {}
     for item in items:
         if item.flag:
@@ -646,8 +648,9 @@ def _forgeable_request_log(items: Sequence[_Item], target: FlagCatalog) -> list[
     return [FlagProblem(
         "--log-requests", "warning",
         "--log-requests in the text form prints the keys of request dicts (sampling_params, "
-        "chat_template_kwargs) unescaped: an API user can write whole lines into the engine's "
-        "output, and the supervisor cannot tell them from the engine's own",
+        "chat_template_kwargs) unescaped: an API user can write whole lines into the engine log; "
+        "the supervisor reads them apart (stdout) and is not misled, but logscan and anyone "
+        "reading the saved log cannot tell them from the engine's own",
         "add --log-requests-format json, or --log-requests-target DIRECTORY to log requests to files",
     )]
 
@@ -665,6 +668,22 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
                 f"sglang {version} ignores SGLANG_ENABLE_SPEC_V2 (no-op since {SPEC_V2_IGNORED}; "
                 "speculative decoding always runs the V2 worker)",
                 "remove it from the profile; use --disable-overlap-schedule for the synchronous path",
+            )
+        )
+    if "SGLANG_LOGGING_CONFIG_PATH" in out:
+        # SGLang then configures its loggers from that file instead of basicConfig (stderr). The
+        # supervisor takes the engine's own voice from stderr only: stdout carries the request
+        # records API users write into (docs/FAULTS.md), so a handler there would hide start-up
+        # progress, failures and the ready line, and no start would ever be seen to complete.
+        warnings.append(
+            FlagProblem(
+                "SGLANG_LOGGING_CONFIG_PATH",
+                "warning",
+                "SGLANG_LOGGING_CONFIG_PATH replaces SGLang's logging setup; the supervisor reads "
+                "SGLang's own log from the engine's stderr only (stdout holds request records, "
+                "which API users write into), so a handler on stdout hides the ready line and "
+                "every failure from it",
+                "keep SGLang's handlers on ext://sys.stderr in that file, or remove the variable",
             )
         )
     return EnvMigration(out, warnings)

@@ -1,13 +1,18 @@
-"""The engine's output pipe: drained by a dedicated thread that never blocks the engine.
+"""The engine's output pipes: drained by a dedicated thread that never blocks the engine.
 
-Every byte goes (redacted) into the size-rotated engine log file; the text is split into lines
-(`\\n` and `\\r`, so progress frames count as output), parsed into `EngineEvent`s that are handed
-to the asyncio loop, and forwarded to the supervisor's own log (journald/stdout) through a bounded
-queue that drops, and counts, rather than waits when stdout is slow. Forwarding works per read, not
-per line: a flood of engine output is one hand-over and one write per 64 KiB, so the supervisor keeps
-up with it instead of dropping most of it.
+Two pipes: the engine's stderr, where SGLang's own log goes (and the launcher's errors, tracebacks,
+argparse, tqdm bars), and its stdout, where SGLang 0.5.8+ writes `--log-requests` records through
+a handler of their own and uvicorn its access lines: text API users choose, dict keys unescaped
+(docs/FAULTS.md). Only stderr is parsed; stdout is kept and forwarded, never read for an event.
 
-Nothing here may stop reading the pipe: a full disk, a deleted log file or a stuck journald are
+Every byte of both goes (redacted) into the size-rotated engine log file, whole lines at a time
+(`logmux`); the text is split into lines (`\\n` and `\\r`, so progress frames count as output),
+stderr's parsed into `EngineEvent`s that are handed to the asyncio loop, and forwarded to the
+supervisor's own log (journald/stdout) through a bounded queue that drops, and counts, rather than
+waits when stdout is slow. Forwarding works per read, not per line: a flood of engine output is one
+hand-over and one write per 64 KiB, so the supervisor keeps up with it instead of dropping most of it.
+
+Nothing here may stop reading either pipe: a full disk, a deleted log file or a stuck journald are
 counted, never raised. A full pipe would freeze SGLang mid-capture.
 """
 
@@ -17,6 +22,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import selectors
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +38,7 @@ from sglang_supervisor.core.events import (
     EngineFailed,
     TracebackLine,
 )
+from sglang_supervisor.core.logmux import LineMux
 from sglang_supervisor.core.secretforms import expand
 from sglang_supervisor.shell.batchqueue import BatchQueue
 
@@ -40,6 +47,7 @@ REDACTED = b"***"
 MIN_SECRET_LEN = 4  # same floor as logsetup: shorter strings would shred ordinary text
 RETRY_AFTER_ERROR_S = 5.0  # after a failed write (disk full), try the file again this much later
 PROGRESS_FORWARD_S = 5.0  # forward at most one `\r` progress frame this often (file keeps all)
+IDLE_FLUSH_S = 0.5  # how often a partial line held for a whole-line log file is looked at (logmux)
 # What may wait for the forwarder: enough to ride out a scheduling hiccup under a flood (~50 reads
 # of serving output), and a byte cap so that huge lines cannot make it hundreds of megabytes.
 FORWARD_QUEUE_LINES = 20_000
@@ -305,13 +313,23 @@ def line_priority(events: Sequence[EngineEvent]) -> int:
     return min((_event_priority(type(e)) for e in events), default=PRIORITY_INFO)
 
 
-class EngineLogPump:
-    """Reads `fd` until EOF in its own thread; see the module docstring.
+@dataclass
+class _Stream:
+    index: int
+    fd: int
+    splitter: Splitter
+    redactor: StreamRedactor
+    parsed: bool  # False: the engine's stdout, user text; kept and forwarded, never parsed
 
-    `on_output(events)` runs on `loop` once per read (even with no events: any output resets the
-    stall timer); `on_eof()` runs on `loop` after the last read. Forwarded lines go, in order, to
-    `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)` once per line;
-    both run on the pump's forwarding thread, never on the reader.
+
+class EngineLogPump:
+    """Reads `fd` (the engine's stderr) and `echo_fd` (its stdout, if given) until EOF in its own
+    thread; see the module docstring. Lines of `echo_fd` are never given to `parser`.
+
+    `on_output(events)` runs on `loop` once per read of either (even with no events: any output
+    resets the stall timer); `on_eof()` runs on `loop` after the last read of both. Forwarded lines
+    go, in order, to `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)`
+    once per line; both run on the pump's forwarding thread, never on the reader.
     """
 
     def __init__(
@@ -324,6 +342,8 @@ class EngineLogPump:
         parser: Parser,
         on_output: Callable[[list[EngineEvent]], None],
         on_eof: Callable[[], None],
+        echo_fd: int | None = None,
+        echo_splitter: Splitter | None = None,
         secrets: Iterable[str] = (),
         forward: ForwardFn | None = None,
         forward_batch: ForwardBatchFn | None = None,
@@ -334,14 +354,18 @@ class EngineLogPump:
     ) -> None:
         if forward is not None and forward_batch is not None:
             raise ValueError("give the pump forward or forward_batch, not both")
-        self._fd = fd
+        if (echo_fd is None) != (echo_splitter is None):
+            raise ValueError("give the pump echo_fd and echo_splitter together (one splitter a stream)")
+        secrets = tuple(secrets)
+        self._streams = [_Stream(0, fd, splitter, StreamRedactor(secrets), parsed=True)]
+        if echo_fd is not None and echo_splitter is not None:
+            self._streams.append(_Stream(1, echo_fd, echo_splitter, StreamRedactor(secrets), parsed=False))
+        self._mux = LineMux(len(self._streams))
         self._loop = loop
         self._log = log
-        self._splitter = splitter
         self._parser = parser
         self._on_output = on_output
         self._on_eof = on_eof
-        self._redactor = StreamRedactor(secrets)
         self._forward_line = forward
         self._forward_batch = forward_batch
         self._forwarding = forward is not None or forward_batch is not None
@@ -383,47 +407,76 @@ class EngineLogPump:
 
     def _read_loop(self) -> None:
         try:
-            while True:
-                try:
-                    data = os.read(self._fd, READ_SIZE)
-                except InterruptedError:
-                    continue
-                except OSError:
-                    break
-                if not data:
-                    break
-                self._chunk(self._redactor.feed(data), data_len=len(data), final=False)
-            self._chunk(self._redactor.flush(), data_len=0, final=True)
+            with selectors.DefaultSelector() as sel:
+                for st in self._streams:
+                    try:
+                        sel.register(st.fd, selectors.EVENT_READ, st)
+                    except (OSError, ValueError):
+                        self._chunk(st, b"", final=True)
+                while sel.get_map():
+                    ready = sel.select(self._mux_wait())
+                    for key, _ in ready:
+                        st = key.data
+                        try:
+                            data = os.read(st.fd, READ_SIZE)
+                        except InterruptedError:
+                            continue
+                        except OSError:
+                            data = b""
+                        if not data:
+                            sel.unregister(st.fd)
+                        self._chunk(st, data, final=not data)
+                    if self._mux.holding():
+                        self._log.write(self._mux.idle(self._clock()))
         finally:
             self._log.close()
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
+            for st in self._streams:
+                with contextlib.suppress(OSError):
+                    os.close(st.fd)
             self._queue.close()  # the forwarder writes what is queued, then ends
             self._to_loop(self._on_eof)
 
-    def _chunk(self, data: bytes, data_len: int, final: bool) -> None:
+    def _mux_wait(self) -> float | None:
+        """How long to wait for output: for ever, unless a partial line waits for a quiet stream."""
+        return IDLE_FLUSH_S if self._mux.holding() else None
+
+    def _chunk(self, st: _Stream, raw: bytes, final: bool) -> None:
         try:
-            self.stats.bytes += data_len
-            self._log.write(data)
-            lines = self._splitter.feed(data) if data else []
+            self.stats.bytes += len(raw)
+            data = st.redactor.feed(raw) if raw else b""
             if final:
-                lines += self._splitter.flush()
+                data += st.redactor.flush()
+            out = self._mux.feed(st.index, data, self._clock())
+            if final:
+                out += self._mux.close(st.index)
+            self._log.write(out)
+            lines = st.splitter.feed(data) if data else []
+            if final:
+                lines += st.splitter.flush()
             self.stats.lines += len(lines)
-            events = self._parse(lines, len(data))
-            if final:  # a traceback block still open at EOF is closed (and classified) now
+            events = self._parse(lines, len(data), st.parsed)
+            if final and st.parsed:  # a traceback block still open at EOF is closed (and classified) now
                 events += self._parser.finish()
             self.stats.events += len(events)
-            if data_len or events:
+            if raw or events:
                 self._to_loop(self._on_output, events)
         except Exception:  # a parser bug must not stop the pipe from draining
             self.stats.internal_errors += 1
-            if data_len:
+            if raw:
                 self._to_loop(self._on_output, [])
 
-    def _parse(self, lines: list[str], size: int) -> list[EngineEvent]:
-        """Parse one read's lines; queue those to forward as one batch."""
-        feed_line = self._parser.feed_line
+    def _parse(self, lines: list[str], size: int, parsed: bool = True) -> list[EngineEvent]:
+        """Parse one read's lines (not `parsed`: forward them only); queue those to forward as one
+        batch."""
         events: list[EngineEvent] = []
+        if not parsed:
+            if self._forwarding:
+                echoes: list[ForwardLine] = [(line, PRIORITY_INFO, None) for line in lines
+                                             if line and not line.isspace()]
+                if echoes:
+                    self.stats.forward_dropped += self._queue.put(echoes, size)
+            return events
+        feed_line = self._parser.feed_line
         if not self._forwarding:
             for line in lines:
                 events += feed_line(line)

@@ -51,6 +51,7 @@ from sglang_supervisor.core.events import (
     PrefillGraphDisabled,
 )
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.failover import classify_failure
 from sglang_supervisor.core.group import (
     MAX_REPORT_BYTES,
     MAX_VIEW_BYTES,
@@ -71,8 +72,8 @@ from sglang_supervisor.core.group import (
     worker_decide,
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
-from sglang_supervisor.core.policy import CaptureKey, classify_failure
 from sglang_supervisor.core.profiles import default_secret_config_path
+from sglang_supervisor.core.readiness import CaptureKey
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
@@ -321,9 +322,10 @@ class WorkerNode:
 
         eng_box: list[_LocalEngine] = []
         pump = EngineLogPump(
-            proc.stdout_fd, loop=loop,
+            proc.stderr_fd, loop=loop,
             log=RotatingByteLog(ecfg.log_file, ecfg.log_max_bytes, ecfg.log_backups),
             splitter=LineSplitter(), parser=parser,
+            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self._on_output(eng_box[0], events) if eng_box else None,
             on_eof=lambda: None, secrets=secrets_,
             forward_batch=forward if self.config.logging.forward_engine_output else None,

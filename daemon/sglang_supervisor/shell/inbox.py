@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sglang_supervisor.core.policy import StopRequested
+from sglang_supervisor.core.inputs import StopRequested
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from sglang_supervisor.core.actions import Exit
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.group import MemberFailed, View
-from sglang_supervisor.core.policy import UP_PHASES, Exit, Phase
+from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.shell.grouplink import GroupCollector, LeaderLink, member_failure_line
 
 if TYPE_CHECKING:

@@ -28,11 +28,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from sglang_supervisor.core.events import FailureClass
-from sglang_supervisor.core.policy import (
-    CONFIG_FAILURES,
-    RESTART_REGRESSION,
-    RESTART_RELOAD,
-)
+from sglang_supervisor.core.failover import CONFIG_FAILURES
+from sglang_supervisor.core.reasons import RestartCause
 from sglang_supervisor.core.regression import DECISION_NAMES, Reason
 from sglang_supervisor.shell import gpu
 from sglang_supervisor.shell.probe import ProbeResult
@@ -53,7 +50,7 @@ EXPLANATIONS: tuple[str, ...] = tuple(r.value for r in Reason)
 # a reload. Their series exist from the start at 0, so increase() sees the first restart too.
 RESTART_REASONS: tuple[str, ...] = (
     *(c.value for c in FailureClass if c not in CONFIG_FAILURES),
-    RESTART_REGRESSION, RESTART_RELOAD,
+    *(c.value for c in RestartCause),
 )
 
 

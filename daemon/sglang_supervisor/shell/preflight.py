@@ -11,14 +11,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
+from sglang_supervisor.core.inputs import Settings
 from sglang_supervisor.core.liveness import failure_grace_s
-from sglang_supervisor.core.policy import CaptureKey, Settings
 from sglang_supervisor.core.profiles import (
     RenderedCommand,
     config_problems,
     default_secret_config_path,
     render,
 )
+from sglang_supervisor.core.readiness import CaptureKey
 from sglang_supervisor.engine.sglang import expected_captures
 from sglang_supervisor.shell import ports, state
 from sglang_supervisor.shell.apikey import read_api_key

@@ -1,7 +1,9 @@
 """Engine process control: spawn in its own session, stop the whole group, verify nothing is left.
 
 The engine runs nohup-style: its own session and process group (no controlling terminal, SIGHUP
-ignored), stdin from /dev/null, stdout and stderr into ONE pipe that `enginelog` drains. It gets
+ignored), stdin from /dev/null, stdout and stderr into two pipes that `enginelog` drains (SGLang's
+own log is on stderr, request records and access lines, which carry user text, on stdout: the
+supervisor parses only stderr). It gets
 PDEATHSIG=SIGKILL, so a supervisor killed with SIGKILL takes the engine's launcher with it (SGLang's
 schedulers already follow their launcher the same way).
 
@@ -31,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from sglang_supervisor.shell.notify import clean_child_env
 
@@ -119,7 +122,7 @@ def venv_bin_dir(executable: str) -> str | None:
 
 
 class EngineProcess:
-    """One running engine. Output is read by the caller from `stdout_fd`."""
+    """One running engine. Output is read by the caller from `stderr_fd` and `stdout_fd`."""
 
     def __init__(self, popen: subprocess.Popen[bytes], tag: str | None = None) -> None:
         self.popen = popen
@@ -127,13 +130,11 @@ class EngineProcess:
         self.pgid = popen.pid  # start_new_session makes the leader its session and group leader
         self.we_stopped = False
         self.family = EngineFamily(popen.pid, tag)
-        # The pump owns (and closes) the read end. Popen's own file object would close the same
-        # fd number again when it is collected, by then maybe a later engine's pipe: keep a dup
-        # (close-on-exec) and close Popen's now.
-        self._stdout_fd = -1
-        if popen.stdout is not None:
-            self._stdout_fd = os.dup(popen.stdout.fileno())
-            popen.stdout.close()
+        # The pump owns (and closes) the read ends. Popen's own file objects would close the same
+        # fd numbers again when they are collected, by then maybe a later engine's pipes: keep a
+        # dup (close-on-exec) of each and close Popen's now.
+        self._stdout_fd = _take_fd(popen.stdout)
+        self._stderr_fd = _take_fd(popen.stderr)
 
     @classmethod
     def spawn(cls, argv: Sequence[str], env: Mapping[str, str], cwd: str | None = None
@@ -145,7 +146,7 @@ class EngineProcess:
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             env={**env, ENGINE_TAG_VAR: tag},
             cwd=cwd,
             start_new_session=True,
@@ -158,8 +159,15 @@ class EngineProcess:
 
     @property
     def stdout_fd(self) -> int:
+        """The engine's stdout: SGLang's request records, uvicorn's access lines (user text)."""
         assert self._stdout_fd >= 0
         return self._stdout_fd
+
+    @property
+    def stderr_fd(self) -> int:
+        """The engine's stderr: SGLang's own log, tracebacks, argparse errors, progress bars."""
+        assert self._stderr_fd >= 0
+        return self._stderr_fd
 
     @property
     def returncode(self) -> int | None:
@@ -238,6 +246,14 @@ class EngineProcess:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(m.pid, signal.SIGKILL)
             await asyncio.sleep(POLL_S)
+
+
+def _take_fd(pipe: IO[bytes] | None) -> int:
+    if pipe is None:
+        return -1
+    fd = os.dup(pipe.fileno())
+    pipe.close()
+    return fd
 
 
 def _killpg(pgid: int) -> None:

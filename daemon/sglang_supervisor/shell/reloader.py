@@ -15,7 +15,8 @@ import structlog
 
 from sglang_supervisor.core import reloadplan
 from sglang_supervisor.core.config import Config, ConfigError
-from sglang_supervisor.core.policy import UP_PHASES, ReloadRequested
+from sglang_supervisor.core.inputs import ReloadRequested
+from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.logsetup import set_redactions

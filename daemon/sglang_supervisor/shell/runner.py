@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from sglang_supervisor.core.actions import Launch, WaitTemporary
 from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.group import MemberFailed
+from sglang_supervisor.core.inputs import EngineExited, GpuBusy, Launched, LaunchFailed, TemporaryCleared
 from sglang_supervisor.core.liveness import (
     TEMPORARY_POLL_S,
     start_extension,
@@ -31,17 +33,7 @@ from sglang_supervisor.core.liveness import (
     temporary_extension,
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
-from sglang_supervisor.core.policy import (
-    UP_PHASES,
-    EngineExited,
-    GpuBusy,
-    Launch,
-    Launched,
-    LaunchFailed,
-    Phase,
-    TemporaryCleared,
-    WaitTemporary,
-)
+from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.profiles import RenderedCommand, default_secret_config_path, render
 from sglang_supervisor.engine.sglang import clean_exit_codes
 from sglang_supervisor.shell import gpu
@@ -204,10 +196,11 @@ class EngineRunner:
             log_engine_lines(lines, max_priority=forward_max)
 
         pump = EngineLogPump(
-            proc.stdout_fd, loop=sup.loop,
+            proc.stderr_fd, loop=sup.loop,
             log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
                                 on_state=self.log_state_threadsafe),
             splitter=LineSplitter(), parser=LogParser(sup.prep.version, secrets),
+            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self.on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
             forward_batch=forward if sup.config.logging.forward_engine_output else None,

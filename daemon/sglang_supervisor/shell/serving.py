@@ -11,6 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from sglang_supervisor.core.inputs import (
+    DecodeProgress,
+    HealthFailed,
+    HealthOk,
+    PassiveThroughput,
+    ProbeFailed,
+    ProbeOk,
+    RegressionDecision,
+    StopRequested,
+)
 from sglang_supervisor.core.liveness import (
     READY_PROBE_RETRY_S,
     ReadyStep,
@@ -20,18 +30,7 @@ from sglang_supervisor.core.liveness import (
     ready_probe_wait_s,
     serving_probe_check,
 )
-from sglang_supervisor.core.policy import (
-    UP_PHASES,
-    DecodeProgress,
-    HealthFailed,
-    HealthOk,
-    PassiveThroughput,
-    Phase,
-    ProbeFailed,
-    ProbeOk,
-    RegressionDecision,
-    StopRequested,
-)
+from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.regression import Decision, KeepFaster, RestartSame, RetryPrimary, TryNextProfile
 from sglang_supervisor.core.wedge import Check
 from sglang_supervisor.engine.sglang import health_path

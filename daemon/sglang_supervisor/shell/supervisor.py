@@ -32,17 +32,11 @@ import structlog
 from typing_extensions import assert_never
 
 from sglang_supervisor.core import wayback
-from sglang_supervisor.core.config import Config
-from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.core.policy import (
-    UP_PHASES,
+from sglang_supervisor.core.actions import (
     Action,
     CancelTimer,
     Exit,
-    GpuBusy,
-    Input,
     Launch,
-    Lifecycle,
     Log,
     MarkBad,
     MarkGood,
@@ -50,17 +44,16 @@ from sglang_supervisor.core.policy import (
     NotifyReloading,
     NotifyStatus,
     NotifyStopping,
-    Phase,
-    PortBusy,
     RunReadyProbe,
     SetTimer,
-    Settings,
-    Start,
     StopEngine,
-    StopRequested,
-    TimerFired,
     WaitTemporary,
 )
+from sglang_supervisor.core.config import Config
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.inputs import GpuBusy, Input, PortBusy, Settings, Start, StopRequested, TimerFired
+from sglang_supervisor.core.lifecycle import Lifecycle
+from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.profiles import default_secret_config_path
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import remove_secret_config
@@ -366,52 +359,62 @@ class Supervisor:
             self._apply(action)
 
     def _apply(self, a: Action) -> None:
-        if isinstance(a, Log):
-            fields = {k: v for k, v in a.fields.items() if v is not None}
-            getattr(log, a.level)(a.event, **fields)
-        elif isinstance(a, NotifyStatus):
-            self.notifier.status(self.reloader.with_note(a.text))
-            self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
-            self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
-        elif isinstance(a, Launch):
-            if a.restart is not None:
-                self.metrics.restart(a.restart)
-            if a.restart is not None and self.config.group and self.config.group.restart == "external":
-                # LeaderWorkerSet recreates the whole group: no relaunch of our own.
-                self._apply(Exit(ExitCode.GROUP_FAILED, f"group failed ({a.restart}); "
-                                 "restart: external leaves the restart to the orchestrator"))
-                return
-            self.runner.start_launch(a)
-        elif isinstance(a, StopEngine):
-            self.runner.stop(a.reason)
-        elif isinstance(a, SetTimer):
-            self.timers.set(a)
-        elif isinstance(a, CancelTimer):
-            self.timers.cancel(a.name)
-        elif isinstance(a, WaitTemporary):
-            self.spawn_task(lambda: self.runner.wait_temporary(a))
-        elif isinstance(a, RunReadyProbe):
-            self.spawn_task(lambda: self.serving.ready_probe(a.attempt))
-        elif isinstance(a, NotifyReady):
-            self._on_ready()
-        elif isinstance(a, NotifyStopping):
-            self.notifier.stopping(self.lifecycle.status_text())
-            self.serving.stop_tasks()
-        elif isinstance(a, NotifyReloading):
-            self.notifier.reloading(self.reloader.with_note(self.lifecycle.status_text()))
-        elif isinstance(a, MarkGood):
-            self.store.mark_serving(self.fp, a.profile, time.time(),
-                                    below_best=a.profile != self.config.profile_names[0])
-            self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
-            self.metrics.start_attempt(a.profile, "ready")
-            if a.seconds is not None:
-                self.metrics.startup_seconds(a.seconds)
-            self.publish_active(a.profile)
-        elif isinstance(a, MarkBad):
-            self.store.mark_bad(self.fp, a.profile, a.failure_class.value, time.time())
-            self.metrics.start_attempt(a.profile, a.failure_class.value)
-        elif isinstance(a, Exit):
-            self.exit(a)
+        """Carry out one action of the lifecycle; mypy proves every kind of action is handled."""
+        match a:
+            case Log():
+                fields = {k: v for k, v in a.fields.items() if v is not None}
+                getattr(log, a.level)(a.event, **fields)
+            case NotifyStatus():
+                self.notifier.status(self.reloader.with_note(a.text))
+                self.metrics.set_state(PHASE_TO_METRIC.get(self.lifecycle.phase, "other"))
+                self.metrics.set_engine_up(self.lifecycle.phase in UP_PHASES)
+            case Launch():
+                self._launch(a)
+            case StopEngine():
+                self.runner.stop(a.reason)
+            case SetTimer():
+                self.timers.set(a)
+            case CancelTimer():
+                self.timers.cancel(a.name)
+            case WaitTemporary():
+                self.spawn_task(lambda: self.runner.wait_temporary(a))
+            case RunReadyProbe():
+                self.spawn_task(lambda: self.serving.ready_probe(a.attempt))
+            case NotifyReady():
+                self._on_ready()
+            case NotifyStopping():
+                self.notifier.stopping(self.lifecycle.status_text())
+                self.serving.stop_tasks()
+            case NotifyReloading():
+                self.notifier.reloading(self.reloader.with_note(self.lifecycle.status_text()))
+            case MarkGood():
+                self._mark_good(a)
+            case MarkBad():
+                self.store.mark_bad(self.fp, a.profile, a.failure_class.value, time.time())
+                self.metrics.start_attempt(a.profile, a.failure_class.value)
+            case Exit():
+                self.exit(a)
+            case _:
+                assert_never(a)
+
+    def _launch(self, a: Launch) -> None:
+        if a.restart is not None:
+            self.metrics.restart(a.restart)
+        if a.restart is not None and self.config.group and self.config.group.restart == "external":
+            # LeaderWorkerSet recreates the whole group: no relaunch of our own.
+            self.exit(Exit(ExitCode.GROUP_FAILED, f"group failed ({a.restart}); "
+                           "restart: external leaves the restart to the orchestrator"))
+            return
+        self.runner.start_launch(a)
+
+    def _mark_good(self, a: MarkGood) -> None:
+        self.store.mark_serving(self.fp, a.profile, time.time(),
+                                below_best=a.profile != self.config.profile_names[0])
+        self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
+        self.metrics.start_attempt(a.profile, "ready")
+        if a.seconds is not None:
+            self.metrics.startup_seconds(a.seconds)
+        self.publish_active(a.profile)
 
     def exit(self, a: Exit) -> None:
         """The run ends with `a` (the first exit decided wins)."""

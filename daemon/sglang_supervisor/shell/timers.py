@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sglang_supervisor.core.actions import SetTimer
 from sglang_supervisor.core.liveness import timer_due
-from sglang_supervisor.core.policy import SetTimer
 from sglang_supervisor.shell.inbox import TimerDue
 
 

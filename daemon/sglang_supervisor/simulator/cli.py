@@ -471,7 +471,7 @@ class Launcher:
             engine.eager = True
         elif f.kind == "echo-hostile":
             level, fmt = self.cfg.log_requests_level, self.cfg.log_requests_format
-            self.log.raw("".join(reqlog.hostile_lines(level, fmt, time.time())))
+            self.log.request_record("".join(reqlog.hostile_lines(level, fmt, time.time())))
         elif f.kind == "crash":
             if f.rank in self.rank_ids:
                 with contextlib.suppress(ProcessLookupError):

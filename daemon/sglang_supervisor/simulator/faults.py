@@ -58,7 +58,8 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    outside the engine's session, holding a TCP port (logged)
   echo-hostile[@S]                 S s after ready, requests whose prompts and outputs quote
                                    failure/crash/capture/ready lines are echoed like
-                                   --log-requests does (in its --log-requests-level/-format)
+                                   --log-requests does (on stdout, in its
+                                   --log-requests-level/-format)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
   happens on the node that hosts rank N); +when=--flag[=value] applies the fault only

@@ -11,7 +11,9 @@ real 0.5.17 run in tests/fixtures/sglang-0.5.17-h200-log-requests/:
   strings and lists longer than 2048 to `'first 1024' ... 'last 1024'`, 3 prints everything.
 - `--log-requests-format json`: `{"timestamp": "...", "event": "request.received", "rid": ...,
   "obj": {...}}` (json.dumps, ensure_ascii=False; cut strings are joined with `...`).
-- The request logger has its own handler: `[YYYY-MM-DD HH:MM:SS] ` (never ms, never a rank).
+- The request logger has its own handler: `[YYYY-MM-DD HH:MM:SS] ` (never ms, never a rank), on
+  stdout (`log_utils.create_log_targets`, 0.5.8+; SGLang's own log is on stderr). Through
+  0.5.7 the records went through SGLang's normal logger, to stderr.
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ class Api:
 
     def _echo(self, record: str) -> None:
         """--log-requests: SGLang's request logger writes its own `[time] record` lines."""
-        self.log.raw(reqlog.line(record, time.time()))
+        self.log.request_record(reqlog.line(record, time.time()))
 
     def _echo_finish(self, req: serving.Request) -> None:
         obj = self._echoed.pop(req.rid, None)

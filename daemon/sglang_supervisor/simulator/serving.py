@@ -48,12 +48,15 @@ WORDS = (
 
 
 class Log:
-    """SGLang-format lines on stderr: the launcher's own (no prefix) and TP0's."""
+    """SGLang-format lines on stderr: the launcher's own (no prefix) and TP0's; request records on
+    stdout."""
 
-    def __init__(self, cfg: SimConfig, write: Callable[[str], None] | None = None) -> None:
+    def __init__(self, cfg: SimConfig, write: Callable[[str], None] | None = None,
+                 write_out: Callable[[str], None] | None = None) -> None:
         self.ms = os.environ.get("SGLANG_LOG_MS", "").lower() in ("1", "true", "yes")
         self.tp0_prefix = logfmt.rank_prefix(0, cfg.tp_size)
         self._write = write or _write_stderr
+        self._write_out = write_out or _write_stdout
 
     def main(self, message: str) -> None:
         self._write(logfmt.line(message, time.time(), ms=self.ms))
@@ -67,11 +70,27 @@ class Log:
     def raw(self, text: str) -> None:
         self._write(text)
 
+    def request_record(self, text: str) -> None:
+        """`--log-requests` records: since 0.5.8 SGLang's request logger writes them through a
+        handler of its own on stdout (log_utils.create_log_targets, propagate=False), apart from
+        its log on stderr. Emulated versions are all 0.5.13+."""
+        self._write_out(text)
 
-def _write_stderr(text: str) -> None:
+
+def _write_fd(fd: int, text: str) -> None:
     data = text.encode()
     while data:
-        data = data[os.write(2, data) :]
+        data = data[os.write(fd, data) :]
+
+
+def _write_stderr(text: str) -> None:
+    _write_fd(2, text)
+
+
+def _write_stdout(text: str) -> None:
+    # Straight to the fd, past sys.stdout's buffer: uvicorn's access handler flushes after every
+    # line, so the two never interleave inside a line (one asyncio thread writes both).
+    _write_fd(1, text)
 
 
 @dataclass(eq=False)

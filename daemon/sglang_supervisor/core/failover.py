@@ -1,0 +1,226 @@
+"""Which profile next: the failure that ended an attempt decides retry, fall back, wait or exit.
+
+One owner for "what now after a failure": `decide_next_profile` answers for every failure class
+(tests/unit/test_decide_next_profile.py holds one row per class), from the failure itself
+(`classify_failure`, `corroborated`), the ladder (`ladder_order`, `skipped_known_bad`) and the
+operator's remediation rules (`choose_next`). The lifecycle carries the answer out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+
+from sglang_supervisor.core.events import EngineFailed, FailureClass
+from sglang_supervisor.core.inputs import Settings
+from sglang_supervisor.core.reasons import StopReason, TextEnum
+
+
+class RemediationAction(TextEnum):
+    """The words a remediation rule may name instead of a profile (so no profile may be named
+    like one: core/config.py refuses it)."""
+
+    NEXT = "next"  # the next untried profile of the ladder
+    STOP = "stop"  # no further profile: exit 69
+
+
+REMEDIATION_ACTIONS: tuple[str, ...] = tuple(a.value for a in RemediationAction)
+
+# Failure classes that only say "something broke": a finer class seen in the same start wins.
+GENERIC_FAILURES = frozenset(
+    {FailureClass.SCHEDULER_EXCEPTION, FailureClass.CHILD_CRASHED, FailureClass.OTHER}
+)
+# Exit codes that never go down the ladder: another profile cannot fix them.
+CONFIG_FAILURES = frozenset({FailureClass.UNKNOWN_FLAG})
+TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE})
+
+# argparse's exit status: the command line itself was rejected.
+ARGPARSE_EXIT = 2
+
+# What the supervisor's own stop says about the engine when it exits without a better witness.
+STOP_VERDICTS: Mapping[StopReason, FailureClass] = {
+    StopReason.HANG: FailureClass.HANG,
+    StopReason.START_TIMEOUT: FailureClass.HANG,
+    StopReason.WEDGED: FailureClass.WEDGED,
+    StopReason.PROBE_HUNG: FailureClass.WEDGED,
+    StopReason.PROBE_FAILED: FailureClass.WARMUP_FAILED,
+    StopReason.CAPTURE_MISSING: FailureClass.CAPTURE_FAILED,
+}
+
+
+def classify_failure(
+    returncode: int | None,
+    failures: Iterable[EngineFailed],
+    verdict: FailureClass | None = None,
+    *,
+    after_ready: bool = False,
+) -> FailureClass:
+    """Why a start or a run failed.
+
+    The engine's own signature is the best witness (the first specific one: later lines are
+    fallout); then the supervisor's verdict (hang, wedged); then a generic signature; then the
+    exit code (argparse's 2, only before READY: a serving engine parses no command line); else
+    OTHER.
+    """
+    seen = list(failures)
+    specific = [f.failure for f in seen if f.failure not in GENERIC_FAILURES]
+    if specific:
+        return specific[0]
+    if verdict is not None:
+        return verdict
+    if seen:
+        return seen[0].failure
+    if returncode == ARGPARSE_EXIT and not after_ready:
+        return FailureClass.UNKNOWN_FLAG
+    return FailureClass.OTHER
+
+
+def corroborated(
+    failures: Iterable[EngineFailed],
+    *,
+    returncode: int | None,
+    after_ready: bool,
+    launching: bool,
+) -> tuple[list[EngineFailed], list[EngineFailed]]:
+    """(failure lines the engine's lifecycle confirms, those it does not).
+
+    A log line can be text a user sent (an echoed prompt the parser did not recognise as one):
+    the classes that end the service (exit 78, exit 75) count only when what the engine did fits
+    them. A rejected command line ends the engine during start-up, with argparse's exit status 2
+    or before any weight was loaded; a port it cannot bind ends it before READY. After READY
+    neither can be the cause of anything.
+    """
+    kept: list[EngineFailed] = []
+    dropped: list[EngineFailed] = []
+    for f in failures:
+        if f.failure in CONFIG_FAILURES:
+            ok = not after_ready and (returncode == ARGPARSE_EXIT or launching)
+        elif f.failure is FailureClass.PORT_IN_USE:
+            ok = not after_ready
+        else:
+            ok = True
+        (kept if ok else dropped).append(f)
+    return kept, dropped
+
+
+def ladder_order(settings: Settings) -> tuple[str, ...]:
+    """Configuration order, with the last known good profile first."""
+    order = list(settings.profiles)
+    if settings.last_good in order:
+        order.remove(settings.last_good)
+        order.insert(0, settings.last_good)
+        if settings.probation in order and settings.probation != settings.last_good:
+            order.remove(settings.probation)
+            order.insert(0, settings.probation)
+    return tuple(order)
+
+
+def skipped_known_bad(settings: Settings) -> dict[str, str]:
+    """Known-bad profiles this run skips. If every profile is known bad, none is skipped:
+    refusing to start at all would pin the service down until the entries expire."""
+    if settings.retry_known_bad:
+        return {}
+    bad = {p: c for p, c in settings.known_bad.items() if p in settings.profiles}
+    if len(bad) >= len(settings.profiles):
+        return {}
+    return bad
+
+
+def choose_next(
+    failure: FailureClass,
+    current: str | None,
+    order: tuple[str, ...],
+    remediation: Mapping[str, str],
+    excluded: Iterable[str],
+) -> tuple[str | None, str]:
+    """The profile to try after `failure`, and why (a rule name for the log).
+
+    A remediation rule maps a failure class (or "default") to a profile name, "next" or "stop".
+    A named profile that was already tried or is known bad falls through to "next".
+    Returns (None, why) when the ladder is exhausted or the rule says stop.
+    """
+    out = set(excluded)
+    rule = remediation.get(failure.value, remediation.get("default", RemediationAction.NEXT))
+    if rule == RemediationAction.STOP:
+        return None, f"remediation[{failure.value}]=stop"
+    if rule != RemediationAction.NEXT:
+        if rule in order and rule not in out and rule != current:
+            return rule, f"remediation[{failure.value}]={rule}"
+        why = f"remediation[{failure.value}]={rule} already tried or unknown; next"
+    else:
+        why = "next"
+    start = order.index(current) + 1 if current in order else 0
+    for name in order[start:] + order[:start]:
+        if name not in out and name != current:
+            return name, why
+    return None, "every profile tried"
+
+
+# ----------------------------------------------------------------------------- the decision
+
+@dataclass(frozen=True)
+class ExitConfig:
+    """Exit 78: the command line is wrong, another profile cannot fix it."""
+
+
+@dataclass(frozen=True)
+class WaitThenSame:
+    """Not the profile's fault (port busy, GPU held): the same profile once it clears, exit 75
+    when it does not within restart.temporary_wait_s."""
+
+
+@dataclass(frozen=True)
+class RetrySame:
+    """A crash after READY, within restart.same_profile_retries: the same profile again."""
+
+    retry: int  # this is the retry-th crash of the profile in this run
+    of: int
+
+
+@dataclass(frozen=True)
+class FallBack:
+    target: str
+    why: str  # the rule that chose it, for the log
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Exit 69: no profile left (or the remediation rule says stop)."""
+
+    why: str
+
+
+NextProfile = ExitConfig | WaitThenSame | RetrySame | FallBack | GiveUp
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Where the run stands on the ladder when an attempt fails."""
+
+    order: tuple[str, ...]
+    remediation: Mapping[str, str]
+    failed: Set[str] = frozenset()  # profiles that failed earlier in this run
+    skipped: Set[str] = frozenset()  # known bad, skipped this run
+    last_good: str | None = None
+    probation: str | None = None  # the profile on probation, until READY or failure
+    same_profile_retries: int = 1
+
+
+def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: bool,
+                        crashes: int, ladder: Ladder) -> NextProfile:
+    """What follows `profile` failing with `failure`. `crashes`: how often `profile` crashed
+    after READY in this run before this failure."""
+    if failure in CONFIG_FAILURES:
+        return ExitConfig()
+    if failure in TEMPORARY_FAILURES:
+        return WaitThenSame()
+    if after_ready and crashes + 1 <= ladder.same_profile_retries:
+        return RetrySame(crashes + 1, ladder.same_profile_retries)
+    failed = {*ladder.failed, profile}
+    target, why = choose_next(failure, profile, ladder.order, ladder.remediation,
+                              failed | set(ladder.skipped))
+    back = ladder.last_good
+    if ladder.probation == profile and back is not None and back not in failed:
+        # Probation failed: straight back to what served last, whatever the rule says.
+        target, why = back, "probation failed: back to the last good profile"
+    return GiveUp(why) if target is None else FallBack(target, why)

@@ -1,0 +1,208 @@
+"""Which profile next: `failover.decide_next_profile`, one row per failure class and per rule.
+
+The ladder and the rules are etc/sglang-supervisor/qwen.yaml's (the shipped example): a profile
+that fails before READY is marked bad and the remediation rule (else "next") picks the next one;
+a crash after READY retries the same profile `same_profile_retries` times; a rejected command line
+exits 78, a temporary condition waits (exit 75 past restart.temporary_wait_s), an empty ladder or
+a `stop` rule exits 69.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_supervisor.core.actions import Exit, Launch
+from sglang_supervisor.core.config import parse_config
+from sglang_supervisor.core.events import EngineFailed, FailureClass
+from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.failover import (
+    ExitConfig,
+    FallBack,
+    GiveUp,
+    Ladder,
+    NextProfile,
+    RetrySame,
+    WaitThenSame,
+    corroborated,
+    decide_next_profile,
+    ladder_order,
+    skipped_known_bad,
+)
+from sglang_supervisor.core.inputs import EngineExited, Launched, Settings, Start, TimerFired
+from sglang_supervisor.core.lifecycle import Lifecycle
+
+FC = FailureClass
+QWEN = Path(__file__).resolve().parents[2] / "etc" / "sglang-supervisor" / "qwen.yaml"
+ORDER = ("tuned", "no-prefill-graph", "low-mem", "no-spec", "eager")
+RULES = {"prefill_graph_failed": "no-prefill-graph", "capture_oom": "low-mem",
+         "draft_capture_failed": "no-spec", "unknown_flag": "stop", "hang": "next",
+         "default": "next"}
+QWEN_LADDER = Ladder(order=ORDER, remediation=RULES)
+
+
+def test_the_table_uses_the_shipped_example() -> None:
+    config = parse_config(QWEN.read_text(), str(QWEN))
+    assert tuple(config.profile_names) == ORDER and config.remediation == RULES
+
+
+# The first profile fails before READY, in a fresh run: one row per failure class.
+BEFORE_READY: dict[FailureClass, NextProfile] = {
+    FC.UNKNOWN_FLAG: ExitConfig(),  # 78: another profile cannot fix the command line
+    FC.CAPTURE_OOM: FallBack("low-mem", "remediation[capture_oom]=low-mem"),
+    FC.CAPTURE_FAILED: FallBack("no-prefill-graph", "next"),
+    FC.DRAFT_CAPTURE_FAILED: FallBack("no-spec", "remediation[draft_capture_failed]=no-spec"),
+    FC.PREFILL_GRAPH_FAILED: FallBack("no-prefill-graph",
+                                      "remediation[prefill_graph_failed]=no-prefill-graph"),
+    FC.KV_CACHE_OOM: FallBack("no-prefill-graph", "next"),
+    FC.SCHEDULER_DIED: FallBack("no-prefill-graph", "next"),
+    FC.WARMUP_FAILED: FallBack("no-prefill-graph", "next"),
+    FC.WATCHDOG_TIMEOUT: FallBack("no-prefill-graph", "next"),
+    FC.NCCL_TIMEOUT: FallBack("no-prefill-graph", "next"),
+    FC.SCHEDULER_EXCEPTION: FallBack("no-prefill-graph", "next"),
+    FC.CHILD_CRASHED: FallBack("no-prefill-graph", "next"),
+    FC.CUDA_ERROR: FallBack("no-prefill-graph", "next"),
+    FC.HANG: FallBack("no-prefill-graph", "next"),  # the explicit `hang: next` rule
+    FC.WEDGED: FallBack("no-prefill-graph", "next"),
+    FC.PORT_IN_USE: WaitThenSame(),  # 75 only when it does not clear in time
+    FC.GPU_BUSY: WaitThenSame(),
+    FC.OTHER: FallBack("no-prefill-graph", "next"),
+}
+
+
+def test_every_failure_class_has_a_row() -> None:
+    assert set(BEFORE_READY) == set(FailureClass)
+
+
+@pytest.mark.parametrize(("failure", "expected"), BEFORE_READY.items(), ids=str)
+def test_first_profile_fails_before_ready(failure: FailureClass, expected: NextProfile) -> None:
+    got = decide_next_profile(failure, "tuned", after_ready=False, crashes=0, ladder=QWEN_LADDER)
+    assert got == expected
+
+
+def ladder(**kw: object) -> Ladder:
+    return Ladder(**{"order": ORDER, "remediation": RULES, **kw})  # type: ignore[arg-type]
+
+
+ROWS = [
+    ("a crash after READY retries the same profile once",
+     FC.CUDA_ERROR, "tuned", True, 0, ladder(), RetrySame(1, 1)),
+    ("the second crash after READY falls back",
+     FC.CUDA_ERROR, "tuned", True, 1, ladder(), FallBack("no-prefill-graph", "next")),
+    ("same_profile_retries: 0 falls back at the first crash",
+     FC.NCCL_TIMEOUT, "tuned", True, 0, ladder(same_profile_retries=0),
+     FallBack("no-prefill-graph", "next")),
+    ("three retries allowed: the third crash still retries",
+     FC.WEDGED, "low-mem", True, 2, ladder(same_profile_retries=3), RetrySame(3, 3)),
+    ("a temporary condition after READY is not a crash: wait",
+     FC.GPU_BUSY, "tuned", True, 5, ladder(), WaitThenSame()),
+    ("the named target already failed: the next untried profile",
+     FC.CAPTURE_OOM, "no-spec", False, 0, ladder(failed={"tuned", "low-mem"}),
+     FallBack("eager", "remediation[capture_oom]=low-mem already tried or unknown; next")),
+    ("the named target is known bad (skipped this run): next",
+     FC.CAPTURE_OOM, "tuned", False, 0, ladder(skipped={"low-mem"}),
+     FallBack("no-prefill-graph", "remediation[capture_oom]=low-mem already tried or unknown; next")),
+    ("the last profile fails: wrap around to an untried one",
+     FC.OTHER, "eager", False, 0, ladder(failed={"no-prefill-graph", "low-mem", "no-spec"}),
+     FallBack("tuned", "next")),
+    ("every profile failed: exit 69",
+     FC.OTHER, "eager", False, 0, ladder(failed={"tuned", "no-prefill-graph", "low-mem", "no-spec"}),
+     GiveUp("every profile tried")),
+    ("a stop rule: exit 69 with the rule named",
+     FC.WATCHDOG_TIMEOUT, "tuned", False, 0,
+     ladder(remediation={"watchdog_timeout": "stop", "default": "next"}),
+     GiveUp("remediation[watchdog_timeout]=stop")),
+    ("probation failed: straight back to the last good profile, whatever the rule",
+     FC.CAPTURE_OOM, "tuned", False, 0, ladder(probation="tuned", last_good="no-spec"),
+     FallBack("no-spec", "probation failed: back to the last good profile")),
+    ("probation failed but the last good one failed too: the rule decides",
+     FC.CAPTURE_OOM, "tuned", False, 0,
+     ladder(probation="tuned", last_good="no-spec", failed={"no-spec"}),
+     FallBack("low-mem", "remediation[capture_oom]=low-mem")),
+    ("not on probation: last_good changes nothing",
+     FC.HANG, "tuned", False, 0, ladder(last_good="no-spec"), FallBack("no-prefill-graph", "next")),
+]
+
+
+@pytest.mark.parametrize(("case", "failure", "profile", "after_ready", "crashes", "lad", "expected"),
+                         ROWS, ids=[r[0] for r in ROWS])
+def test_decisions(case: str, failure: FailureClass, profile: str, after_ready: bool, crashes: int,
+                   lad: Ladder, expected: NextProfile) -> None:
+    got = decide_next_profile(failure, profile, after_ready=after_ready, crashes=crashes, ladder=lad)
+    assert got == expected, case
+
+
+# The lifecycle turns each kind of decision into its exit code (or a relaunch).
+@pytest.mark.parametrize(
+    ("failure", "rules", "code"),
+    [
+        (FC.UNKNOWN_FLAG, RULES, ExitCode.CONFIG),  # 78
+        (FC.WATCHDOG_TIMEOUT, {"default": "stop"}, ExitCode.ALL_PROFILES_FAILED),  # 69
+        (FC.PORT_IN_USE, RULES, ExitCode.TEMPORARY),  # 75 (temporary_wait_s 0: at once)
+        (FC.CAPTURE_OOM, RULES, None),  # a fallback: no exit
+    ],
+)
+def test_the_lifecycle_exits_as_decided(failure: FailureClass, rules: dict[str, str],
+                                        code: ExitCode | None) -> None:
+    lc = Lifecycle(Settings(profiles=ORDER, remediation=rules))
+    launch = next(a for a in lc.handle(Start(), 0.0) if isinstance(a, Launch))
+    lc.handle(Launched(launch.attempt, 42, frozenset()), 1.0)
+    lc.handle(EngineFailed(7, None, failure, "boom"), 2.0)
+    acts = lc.handle(EngineExited(launch.attempt, 2 if failure is FC.UNKNOWN_FLAG else 1, False), 3.0)
+    acts += lc.handle(TimerFired("temporary"), 4.0)
+    exits = [a.code for a in acts if isinstance(a, Exit)]
+    relaunched = [a.profile for a in acts if isinstance(a, Launch)]
+    assert exits == ([] if code is None else [code])
+    assert relaunched == ([] if code is not None else ["low-mem"])
+
+
+# Which failure lines count: a line can be text a user sent, so the classes that end the service
+# (78, 75) count only when what the engine did fits them.
+CORROBORATION_ROWS = [
+    # (case, class, returncode, after_ready, launching, counts)
+    ("argparse's exit status 2 confirms an unknown flag", FC.UNKNOWN_FLAG, 2, False, False, True),
+    ("an unknown flag before any weight loaded (still launching)", FC.UNKNOWN_FLAG, 1, False, True, True),
+    ("an unknown-flag line while loading, exit 1: an echoed prompt, not argparse",
+     FC.UNKNOWN_FLAG, 1, False, False, False),
+    ("an unknown-flag line after READY explains nothing", FC.UNKNOWN_FLAG, 2, True, False, False),
+    ("a port that cannot be bound ends the engine before READY", FC.PORT_IN_USE, 1, False, False, True),
+    ("a port-in-use line after READY explains nothing", FC.PORT_IN_USE, -9, True, False, False),
+    ("a capture OOM counts whatever the exit", FC.CAPTURE_OOM, -9, False, False, True),
+    ("a CUDA error after READY counts (it is a crash)", FC.CUDA_ERROR, -6, True, False, True),
+]
+
+
+@pytest.mark.parametrize(("case", "failure", "rc", "after_ready", "launching", "counts"),
+                         CORROBORATION_ROWS, ids=[r[0] for r in CORROBORATION_ROWS])
+def test_corroborated(case: str, failure: FailureClass, rc: int, after_ready: bool, launching: bool,
+                      counts: bool) -> None:
+    line = EngineFailed(12, "TP0", failure, "the line")
+    kept, dropped = corroborated([line], returncode=rc, after_ready=after_ready, launching=launching)
+    assert (kept, dropped) == (([line], []) if counts else ([], [line]))
+
+
+LADDER_ROWS = [
+    # (case, last_good, probation, known_bad, retry_known_bad, order, skipped)
+    ("a fresh machine: configuration order", None, None, {}, False, ORDER, {}),
+    ("the last good profile first", "low-mem", None, {}, False,
+     ("low-mem", "tuned", "no-prefill-graph", "no-spec", "eager"), {}),
+    ("a profile on probation before the last good one", "low-mem", "tuned", {}, False,
+     ("tuned", "low-mem", "no-prefill-graph", "no-spec", "eager"), {}),
+    ("a last good profile no longer configured changes nothing", "gone", None, {}, False, ORDER, {}),
+    ("known-bad profiles are skipped", None, None, {"tuned": "capture_oom"}, False, ORDER,
+     {"tuned": "capture_oom"}),
+    ("--retry-known-bad skips none", None, None, {"tuned": "capture_oom"}, True, ORDER, {}),
+    ("every profile known bad: none skipped (else the service could never start)", None, None,
+     dict.fromkeys(ORDER, "hang"), False, ORDER, {}),
+]
+
+
+@pytest.mark.parametrize(("case", "last_good", "probation", "known_bad", "retry", "order", "skipped"),
+                         LADDER_ROWS, ids=[r[0] for r in LADDER_ROWS])
+def test_ladder(case: str, last_good: str | None, probation: str | None, known_bad: dict[str, str],
+                retry: bool, order: tuple[str, ...], skipped: dict[str, str]) -> None:
+    s = Settings(profiles=ORDER, last_good=last_good, probation=probation, known_bad=known_bad,
+                 retry_known_bad=retry)
+    assert ladder_order(s) == order
+    assert skipped_known_bad(s) == skipped

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_supervisor.core.actions import SetTimer
+from sglang_supervisor.core.inputs import FAILURE_GRACE_TIMER, STALL_TIMER, START_TIMER, TEMPORARY_TIMER
 from sglang_supervisor.core.liveness import (
     NO_ANSWER,
     ReadyProbeNext,
@@ -11,6 +13,7 @@ from sglang_supervisor.core.liveness import (
     failure_grace_s,
     health_round,
     keep_scraping,
+    launch_timers,
     ready_probe_next,
     ready_probe_wait_s,
     serving_probe_check,
@@ -19,8 +22,46 @@ from sglang_supervisor.core.liveness import (
     stop_extension,
     temporary_extension,
     timer_due,
+    timer_verdict,
 )
+from sglang_supervisor.core.phases import Phase
+from sglang_supervisor.core.reasons import StopReason
 from sglang_supervisor.core.wedge import Check
+
+
+def test_a_launch_arms_a_stall_deadline_that_output_moves_and_a_start_deadline() -> None:
+    assert launch_timers(stall_s=600.0, start_s=3600.0, delay_s=0.0) == (
+        SetTimer(STALL_TIMER, 600.0, reset_on_output=True), SetTimer(START_TIMER, 3600.0))
+    # the backoff before the spawn is part of the start's deadline, not of the stall's
+    assert launch_timers(stall_s=10.0, start_s=120.0, delay_s=4.0) == (
+        SetTimer(STALL_TIMER, 10.0, reset_on_output=True), SetTimer(START_TIMER, 124.0))
+
+
+@pytest.mark.parametrize(
+    ("timer", "phase", "verdict"),
+    [
+        # a stalled log is a hang while starting, in every starting phase
+        (STALL_TIMER, Phase.LAUNCHING, StopReason.HANG),
+        (STALL_TIMER, Phase.LOADING_WEIGHTS, StopReason.HANG),
+        (STALL_TIMER, Phase.CAPTURING_GRAPHS, StopReason.HANG),
+        (STALL_TIMER, Phase.WARMING_UP, StopReason.HANG),
+        # ... and nothing once serving (an idle engine logs nothing: health checks judge it)
+        (STALL_TIMER, Phase.SERVING, None),
+        (STALL_TIMER, Phase.DEGRADED, None),
+        (START_TIMER, Phase.CAPTURING_GRAPHS, StopReason.START_TIMEOUT),
+        (START_TIMER, Phase.READY, None),
+        # a failure line the engine outlived by the grace: stopped, unless it is up
+        (FAILURE_GRACE_TIMER, Phase.LOADING_WEIGHTS, StopReason.FAILED),
+        (FAILURE_GRACE_TIMER, Phase.WARMING_UP, StopReason.FAILED),
+        (FAILURE_GRACE_TIMER, Phase.SERVING, None),
+        (FAILURE_GRACE_TIMER, Phase.DEGRADED, None),
+        # the temporary wait's bound is the waiting lifecycle's, not a liveness verdict
+        (TEMPORARY_TIMER, Phase.WAITING, None),
+        ("no-such-timer", Phase.LAUNCHING, None),
+    ],
+)
+def test_timer_verdict(timer: str, phase: Phase, verdict: StopReason | None) -> None:
+    assert timer_verdict(timer, phase) == verdict
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ the last output, the last extension, ...); the shell only reads the clock and sl
 lifecycle (`policy`) asks for named timers (`SetTimer`); this module says when one of them is due,
 so that output moving a stall deadline is a table row, not an asyncio callback.
 
-- Timers: a timer armed with `reset_on_output` (the stall timer) is due `seconds` after the later
-  of its arming and the engine's last output; other timers are due when their delay ends.
+- Timers: a launch arms a stall and a start deadline; a timer armed with `reset_on_output` (the
+  stall timer) is due `seconds` after the later of its arming and the engine's last output; other
+  timers are due when their delay ends; what a fired timer means in each phase is `timer_verdict`.
 - systemd's start deadline (EXTEND_TIMEOUT_USEC): kept ahead while the engine's log moves during
   a start (a stalled log lets our own stall timer decide first), while a temporary condition is
   waited out, and before a planned stop's drain.
@@ -22,6 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from sglang_supervisor.core.actions import SetTimer
+from sglang_supervisor.core.inputs import FAILURE_GRACE_TIMER, STALL_TIMER, START_TIMER
+from sglang_supervisor.core.phases import STARTING_PHASES, UP_PHASES, Phase
+from sglang_supervisor.core.reasons import StopReason
 from sglang_supervisor.core.rotation import planned
 from sglang_supervisor.core.wedge import Check, counters_grew
 
@@ -39,6 +44,27 @@ START_EXTEND_EVERY_MAX_S = 10.0
 # The READY gate's probe: the pause between tries, and the shortest wait for one answer.
 READY_PROBE_RETRY_S = 0.5
 READY_PROBE_MIN_WAIT_S = 0.1
+
+
+def launch_timers(*, stall_s: float, start_s: float, delay_s: float) -> tuple[SetTimer, SetTimer]:
+    """The deadlines a launch arms: the log may stall for `stall_s` (output moves it), and the
+    whole start, from the launch (its backoff delay included), may take `start_s`."""
+    return (SetTimer(STALL_TIMER, stall_s, reset_on_output=True),
+            SetTimer(START_TIMER, start_s + delay_s))
+
+
+def timer_verdict(name: str, phase: Phase) -> StopReason | None:
+    """A lifecycle timer fired while its engine runs (and is not being stopped): why the engine
+    is stopped now, or None when that timer means nothing in this phase. A stalled log or an
+    overlong start only count while starting; a failure line the engine outlived by
+    `failure_grace_s` counts until it is up."""
+    if name == STALL_TIMER and phase in STARTING_PHASES:
+        return StopReason.HANG
+    if name == START_TIMER and phase in STARTING_PHASES:
+        return StopReason.START_TIMEOUT
+    if name == FAILURE_GRACE_TIMER and phase not in UP_PHASES:
+        return StopReason.FAILED
+    return None
 
 
 def timer_due(*, started: float, seconds: float, reset_on_output: bool, last_output: float,

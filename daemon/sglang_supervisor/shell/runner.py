@@ -186,25 +186,9 @@ class EngineRunner:
             sup.feed(LaunchFailed(a.attempt, f"cannot start {rc.argv[0]}: {exc.strerror or exc}",
                                   config_error=isinstance(exc, FileNotFoundError | PermissionError)))
             return
-        eng_cfg = sup.config.engine
         eof = asyncio.Event()
         attempt = a.attempt
-        secrets = [sup.prep.api_key] if sup.prep.api_key else []
-        forward_max = sup.opts.forward_max_priority
-
-        def forward(lines: Sequence[EngineLine]) -> None:
-            log_engine_lines(lines, max_priority=forward_max)
-
-        pump = EngineLogPump(
-            proc.stderr_fd, loop=sup.loop,
-            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
-                                on_state=self.log_state_threadsafe),
-            splitter=LineSplitter(), parser=LogParser(sup.prep.version, secrets),
-            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
-            on_output=lambda events: self.on_output(attempt, events), on_eof=eof.set,
-            secrets=secrets,
-            forward_batch=forward if sup.config.logging.forward_engine_output else None,
-            name=f"engine-log-{attempt}")
+        pump = self._pump(proc, attempt, eof)
         pump.start()
         self.started_once = True
         self.engine = Engine(attempt, a.profile, proc, pump, eof, secret_path)
@@ -218,6 +202,28 @@ class EngineRunner:
         sup.feed(Launched(attempt, proc.pid, keys))
         sup.spawn_task(lambda: self.watch_exit(self.engine_for(attempt)))
         sup.spawn_task(lambda: self.watch_family(self.engine_for(attempt)))
+
+    def _pump(self, proc: EngineProcess, attempt: int, eof: asyncio.Event) -> EngineLogPump:
+        """The engine's log pump: SGLang's own log (stderr) parsed, request records (stdout) only
+        written; both into the rotating engine log, optionally forwarded to the journal."""
+        sup = self.sup
+        eng_cfg = sup.config.engine
+        secrets = [sup.prep.api_key] if sup.prep.api_key else []
+        forward_max = sup.opts.forward_max_priority
+
+        def forward(lines: Sequence[EngineLine]) -> None:
+            log_engine_lines(lines, max_priority=forward_max)
+
+        return EngineLogPump(
+            proc.stderr_fd, loop=sup.loop,
+            log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
+                                on_state=self.log_state_threadsafe),
+            splitter=LineSplitter(), parser=LogParser(sup.prep.version, secrets),
+            echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
+            on_output=lambda events: self.on_output(attempt, events), on_eof=eof.set,
+            secrets=secrets,
+            forward_batch=forward if sup.config.logging.forward_engine_output else None,
+            name=f"engine-log-{attempt}")
 
     def engine_for(self, attempt: int) -> Engine:
         assert self.engine is not None and self.engine.attempt == attempt

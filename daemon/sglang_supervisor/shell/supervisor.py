@@ -1,11 +1,13 @@
-"""The asyncio supervisor: wires the pure lifecycle (`policy.Lifecycle`) to its shell parts and
-carries out the actions the lifecycle returns, in order.
+"""The asyncio supervisor: wires the pure lifecycle (`core.lifecycle.Lifecycle`) to its shell
+parts and carries out the actions the lifecycle returns, in order.
 
 Parts, one job each: `inbox` (signals, reload requests and timer events, handled one at a time by
 the lifecycle loop, `_handle`), `timers`, `runner` (the engine: launch, log pump, exit, stop),
-`serving` (READY gate probe, health checks, throughput monitor), `reloader` (SIGHUP). This module
-keeps what joins them: the action executor (`_apply`), /status, /readyz and /livez, the multi-node
-leader's hooks, the fleet's drain, internal errors, start-up and shutdown.
+`serving` (READY gate probe, health checks, throughput monitor), `reloader` (SIGHUP), `presence`
+(gateway, drain, /readyz, /livez, reaping), `leader` (a multi-node group's node 0), `guard` (our
+own tasks' errors), `preflight` (a configuration rendered for one engine version). This module
+keeps what joins them: the action executor (`_apply`), /status, start-up and shutdown, and what
+an internal error does.
 
 Facts arrive by two paths. Engine output, exits, probe and health results are fed synchronously
 on the loop's thread (`feed`: no await inside, so one input is handled whole before the next).

@@ -1319,7 +1319,9 @@ def _findings(doc: Any) -> list[str]:
     out = []
     for f in items if isinstance(items, list) else []:
         if isinstance(f, dict):
-            out.append(f"{f.get('severity', '?')}: {f.get('code', '')}: {f.get('what', '')}"[:160])
+            # The profile a finding belongs to: two profiles' graph findings look alike without it.
+            where = f" [{f['profile']}]" if f.get("profile") else ""
+            out.append(f"{f.get('severity', '?')}: {f.get('code', '')}{where}: {f.get('what', '')}"[:160])
     return out[:20]
 
 

@@ -22,7 +22,9 @@ import httpx
 import pytest
 
 from sglang_supervisor.core import logwatch
-from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed
+from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, PrefillGraphDisabled
+from sglang_supervisor.engine.argv import tp_size
+from sglang_supervisor.engine.graphs import expected_captures, settled_by_prefill_off
 
 pytestmark = pytest.mark.integration
 
@@ -514,3 +516,26 @@ def test_idle_server_uses_little_cpu(sims: list[Sim], tmp_path: Path) -> None:
     share = used / (time.monotonic() - t0)
     print(f"idle CPU of the simulated server's process group: {share:.2%} of one core")
     assert share < 0.05
+
+
+@pytest.mark.parametrize(
+    ("version", "extra"),
+    [("0.5.14", []), ("0.5.17", ["--tp-size", "2"]), ("0.5.23", ["--cuda-graph-backend-prefill", "disabled"]),
+     ("0.5.23", ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"])],
+)
+def test_the_ready_gate_is_settled_by_what_the_engine_logs(sims: list[Sim], tmp_path: Path, version: str,
+                                                          extra: list[str]) -> None:
+    """engine/graphs' expected captures, per rank, are each ended or settled by a `Disable prefill
+    CUDA graph because` line of that rank by the time the engine says it is ready."""
+    argv = [*FIXTURE_FLAGS, *extra]
+    sim = start(sims, tmp_path, argv, {"SGLANG_SIM_VERSION": version})
+    sim.wait_log("The server is fired up and ready to roll!")
+    events = sim.events(version)
+    ended = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
+    off = [e.rank for e in events if isinstance(e, PrefillGraphDisabled)]
+    expected = expected_captures(argv, version, tp_size(argv))
+    assert expected
+    missing = [(c.owner, c.phase, r) for c in expected for r in c.ranks
+               if (c.owner, c.phase, r) not in ended
+               and not any(settled_by_prefill_off(c.phase, r, by) for by in off)]
+    assert missing == []

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.shell.process import EngineProcess, engine_env, group_members
+from sglang_supervisor.core.childenv import engine_env
+from sglang_supervisor.shell.process import EngineProcess, group_members
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,7 @@ takes it as an argument, which is what lets tests/unit drive every decision as a
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,7 @@ LAYERS_CORE_MAY_NOT_USE = ("sglang_supervisor.shell", "sglang_supervisor.command
                            "sglang_supervisor.simulator", "sglang_supervisor.cli")
 # Imports that are known to break the rule and are being taken out; each entry must still be true
 # (test_known_debt_is_still_real) so that this list can only shrink.
-KNOWN_DEBT: set[tuple[str, str]] = {
-    ("core/audit.py", "sglang_supervisor.shell.gpu"), ("core/regression.py", "sglang_supervisor.shell.gpu"),
-}
+KNOWN_DEBT: set[tuple[str, str]] = set()  # all paid; add none
 
 
 def _imports(path: Path) -> set[str]:
@@ -70,3 +69,100 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    import time\n    from sglang_supervisor.shell import process\n")
     assert _violations(bad) == {"time", "sglang_supervisor.shell"}
+
+
+# ---- the second rule: SGLang's versions, log phrases and metric names live under engine/ -------
+# (and simulator/, which imitates the engine). Elsewhere they are read from engine/'s constants,
+# so that a release that renames a line or moves a rule is one edit in one place.
+
+from sglang_supervisor.engine import patterns as P  # noqa: E402  (the rule's data, after rule 1)
+
+# Guard substrings of patterns.py that are also our own vocabulary (the doctor says "prefill CUDA
+# graph"); the log lines themselves are longer and are checked (PREFILL_DISABLED_LINE).
+_VOCABULARY = frozenset({"prefill CUDA graph"})
+SGLANG_PHRASES = frozenset(
+    p for p in (
+        *(key for key, _ in P.SIGNATURES), *P.CRASH_PREFIXES, *P.DRAIN_KEYS,
+        *(getattr(P, n) for n in dir(P) if n.endswith(("_KEY", "_LINE")) and isinstance(getattr(P, n), str)),
+        P.UNKNOWN_SPEC_ALGORITHM, P.SCHEDULER_COMM_PREFIX,
+    )
+    if len(p.strip()) >= 10 and p not in _VOCABULARY
+)
+# A release number such as 0.5.23, not part of an address (127.0.0.1) or a longer dotted name.
+_VERSION = re.compile(r"(?<![\w.])0\.\d{1,2}\.\d{1,3}(?![\w.])")
+_METRIC = re.compile(r"\bsglang:[a-z]")
+OUTSIDE_ENGINE = [*sorted(p for layer in ("core", "shell", "commands") for p in (PKG / layer).rglob("*.py")),
+                  PKG / "cli.py"]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """Docstrings describe (they may name the release a fact comes from); code must not decide by it."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def _sglang_knowledge(path: Path) -> list[str]:
+    """String constants (f-string parts included) and version tuples that spell SGLang facts."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            text = node.value
+            found += [f"{node.lineno}: log phrase {p!r}" for p in sorted(SGLANG_PHRASES) if p in text]
+            found += [f"{node.lineno}: version {v!r}" for v in _VERSION.findall(text)]
+            found += [f"{node.lineno}: metric name in {text!r}"] if _METRIC.search(text) else []
+        elif (isinstance(node, ast.Tuple) and len(node.elts) == 3
+              and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)):
+            major, minor = (e.value for e in node.elts[:2])  # type: ignore[attr-defined]
+            if major == 0 and 0 < minor < 10:
+                found.append(f"{node.lineno}: version tuple {ast.unparse(node)}")
+    return sorted(found, key=lambda item: (int(item.split(":")[0]), item))
+
+
+def test_the_phrase_list_is_the_engine_knowledge() -> None:
+    assert len(SGLANG_PHRASES) > 30
+    assert {"Not enough memory. Please try to increase --mem-fraction-static", "server_args=",
+            P.PREFILL_DISABLED_LINE} <= SGLANG_PHRASES
+
+
+@pytest.mark.parametrize("path", OUTSIDE_ENGINE, ids=lambda p: str(p.relative_to(PKG)))
+def test_sglang_knowledge_lives_in_engine(path: Path) -> None:
+    found = _sglang_knowledge(path)
+    assert found == [], (f"{path.relative_to(PKG)} spells SGLang facts: {found}; name them in engine/ "
+                         "(patterns.py, sglang.py, api.py, graphs.py) and use the constant")
+
+
+def test_the_knowledge_checker_sees_a_planted_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        '"""Docstrings may say 0.5.23."""\n'
+        'LOCAL = "127.0.0.1:30000"\n'
+        'def f(v, n):\n'
+        '    """Since 0.5.14."""\n'
+        '    if v >= (0, 5, 13):\n'
+        '        return f"{n}: Not enough memory. Please try to increase --mem-fraction-static"\n'
+        '    return "needs 0.5.20", "sglang:num_running_reqs"\n'
+    )
+    assert _sglang_knowledge(bad) == [
+        "5: version tuple (0, 5, 13)",
+        "6: log phrase 'Not enough memory. Please try to increase --mem-fraction-static'",
+        "7: metric name in 'sglang:num_running_reqs'",
+        "7: version '0.5.20'",
+    ]
+
+
+ENGINE_FILES = sorted((PKG / "engine").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", ENGINE_FILES, ids=lambda p: str(p.relative_to(PKG)))
+def test_engine_sits_below_the_shell(path: Path) -> None:
+    """engine/ is SGLang knowledge: core/ and the shell read it, it reads neither the shell nor the
+    commands (the simulator is started by name, never imported)."""
+    bad = {n for n in _imports(path) if n.startswith(LAYERS_CORE_MAY_NOT_USE)}
+    assert bad == set(), f"{path.relative_to(PKG)} imports {sorted(bad)}"

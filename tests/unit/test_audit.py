@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglang_supervisor.core import audit
-from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView, graph_phases, parse_flags
+from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
+from sglang_supervisor.engine.argv import parse_flags
+from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.engine.modelinfo import parse_model_config, read_model_dir
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, flag_catalog
 from sglang_supervisor.shell.gpu import GpuInfo

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_supervisor.shell.process import engine_env, venv_bin_dir
+from sglang_supervisor.core.childenv import engine_env
+from sglang_supervisor.shell.process import venv_bin_dir
 
 
 def test_the_engine_venv_bin_goes_first_on_path_once() -> None:

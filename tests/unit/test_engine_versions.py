@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from sglang_supervisor.core.events import CaptureEnded, PrefillGraphDisabled
+from sglang_supervisor.engine.graphs import ExpectedCapture, expected_captures, settled_by_prefill_off
 from sglang_supervisor.engine.sglang import (
-    ExpectedCapture,
+    NEWEST_KNOWN_VERSION,
     clean_exit_codes,
-    expected_captures,
+    known_versions,
     migrate_args,
     migrate_env,
-    outstanding_captures,
-    readiness_path,
-    server_info_paths,
 )
 
 SEED = ["--model-path", "Qwen/Qwen3.6-27B", "--tp-size", "2", "--mamba-scheduler-strategy", "extra_buffer",
@@ -120,11 +117,8 @@ def test_migrate_env_spec_v2() -> None:
 
 
 def test_runtime_facts() -> None:
-    assert readiness_path("0.5.17") is None
-    assert readiness_path("0.5.23") == "/ready"
     assert clean_exit_codes("0.5.17") == frozenset({0, -9})
     assert clean_exit_codes("0.5.23") == frozenset({0})
-    assert server_info_paths("0.5.23")[0] == "/server_info"
 
 
 def test_expected_captures_plain_tp2() -> None:
@@ -158,11 +152,13 @@ def test_expected_captures_variants() -> None:
     assert ("draft", "decode") not in [(c.owner, c.phase) for c in one_step]
 
 
-def test_outstanding_captures_accepts_prefill_disabled_lines() -> None:
-    caps = expected_captures(["--tp-size", "2"], "0.5.23", 2)
-    events = [PrefillGraphDisabled(1, "TP0", "x"), PrefillGraphDisabled(2, "TP1", "x"),
-              CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.1)]
-    missing = outstanding_captures(caps, events)
-    assert [(c.phase, r) for c, r in missing] == [("decode", "TP1")]
-    events.append(CaptureEnded(4, "TP1", "target", "decode", 1.0, 0.1))
-    assert outstanding_captures(caps, events) == []
+def test_a_prefill_disabled_line_settles_the_prefill_graphs_of_its_rank() -> None:
+    assert settled_by_prefill_off("prefill", "TP1", "TP1")
+    assert settled_by_prefill_off("prefill", "TP1", None)  # the unprefixed main process: every rank
+    assert settled_by_prefill_off("piecewise", None, None)
+    assert not settled_by_prefill_off("prefill", "TP1", "TP0")
+    assert not settled_by_prefill_off("decode", "TP0", "TP0")
+
+
+def test_the_newest_known_version_is_the_newest_catalogue() -> None:
+    assert known_versions()[-1] == NEWEST_KNOWN_VERSION

@@ -19,7 +19,7 @@ from sglang_supervisor.core.events import (
     ServerReady,
 )
 from sglang_supervisor.core.logwatch import parse_bytes, summarize
-from sglang_supervisor.engine.sglang import expected_captures, outstanding_captures
+from sglang_supervisor.engine.graphs import ExpectedCapture, expected_captures, settled_by_prefill_off
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-seed"
 # What `render` wrote for `tuned` on 0.5.17 (TP 1 on the device), minus model/host/port.
@@ -67,15 +67,24 @@ def test_tuned_without_sbo_captures_the_breakable_prefill_graph_on_the_hybrid_mo
     assert any(isinstance(e, ServerReady) for e in run)
 
 
+def outstanding(expected: list[ExpectedCapture], events: list[EngineEvent]) -> list[str]:
+    """The expected captures of `events` still open, as the lifecycle's READY gate counts them."""
+    ended = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
+    off = [e.rank for e in events if isinstance(e, PrefillGraphDisabled)]
+    return [f"{c.owner} {c.phase}" for c in expected for r in c.ranks
+            if (c.owner, c.phase, r) not in ended
+            and not any(settled_by_prefill_off(c.phase, r, by) for by in off)]
+
+
 def test_the_ready_gate_expects_exactly_what_the_hybrid_model_logged() -> None:
     [run] = attempts("tuned-without-sbo.engine.log")
     expected = expected_captures(TUNED, "0.5.17", 1)
     assert [f"{c.owner} {c.phase}" for c in expected] == [
         "target prefill", "target verify", "draft prefill", "draft decode", "draft extend"]
     # the draft's prefill graph is settled by its `Disable prefill CUDA graph because ...` line
-    assert outstanding_captures(expected, run) == []
+    assert outstanding(expected, run) == []
     before_draft = run[: next(i for i, e in enumerate(run) if isinstance(e, PrefillGraphDisabled))]
-    assert [f"{c.owner} {c.phase}" for c, _ in outstanding_captures(expected, before_draft)] == [
+    assert outstanding(expected, before_draft) == [
         "draft prefill", "draft decode", "draft extend"]
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from sglang_supervisor.shell.notify import Notifier, clean_child_env
+from sglang_supervisor.core.childenv import clean_child_env
+from sglang_supervisor.shell.notify import Notifier
 
 
 class Listener:

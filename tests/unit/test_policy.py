@@ -34,10 +34,10 @@ from sglang_supervisor.core.events import (
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import (
     choose_next,
-    classify_failure,
     ladder_order,
     skipped_known_bad,
 )
+from sglang_supervisor.core.failures import classify_failure
 from sglang_supervisor.core.inputs import (
     FAILURE_GRACE_TIMER,
     STALL_TIMER,

@@ -8,13 +8,14 @@ import yaml
 
 from sglang_supervisor.commands.demo import demo_config_data
 from sglang_supervisor.core.config import parse_config
+from sglang_supervisor.engine.argv import parse_flags, tp_size
 from sglang_supervisor.shell.configfile import default_demo_config_path
-from sglang_supervisor.shell.supervisor import capture_keys, flag_value, policy_settings, tp_size
+from sglang_supervisor.shell.supervisor import capture_keys, policy_settings
 
 
 def test_flag_value_and_tp_size() -> None:
     argv = ["python", "-m", "sglang.launch_server", "--tp-size", "2", "--port=30000"]
-    assert flag_value(argv, ["--port"]) == "30000"
+    assert parse_flags(argv).last(["--port"]) == "30000"
     assert tp_size(argv) == 2
     assert tp_size(["--tp", "4"]) == 4
     assert tp_size(["--model-path", "m"]) == 1

@@ -19,9 +19,9 @@ from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import ServerReady
 from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start
 from sglang_supervisor.core.phases import Phase
+from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell import reloader
 from sglang_supervisor.shell.configfile import default_demo_config_path
-from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell.process import StopResult
 from sglang_supervisor.shell.runner import Engine
 from sglang_supervisor.shell.supervisor import (

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import shutil
@@ -25,18 +24,25 @@ from typing import Any
 
 import httpx
 import structlog
-from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.core import audit, profiles, unitview
+from sglang_supervisor.core.address import parse_address
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
-from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, parse_address
+from sglang_supervisor.core.childenv import engine_env
+from sglang_supervisor.core.config import Config, ConfigError, effective_overlay
+from sglang_supervisor.engine.api import (
+    METRICS_ROUTE,
+    MODEL_INFO_ROUTE,
+    SERVER_INFO_ROUTES,
+    parse_engine_metrics,
+)
+from sglang_supervisor.engine.argv import parse_flags
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
-from sglang_supervisor.engine.sglang import flag_catalog, known_versions
+from sglang_supervisor.engine.sglang import ENCODER_BOOTSTRAP_PORT_DEFAULT, flag_catalog, known_versions
 from sglang_supervisor.shell import gpu, ports
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
-from sglang_supervisor.shell.process import engine_env
 
 ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "engine" / "argcheck.py"
 ARGCHECK_TIMEOUT_S = 120.0
@@ -129,8 +135,8 @@ def sglang_model_info(base_url: str, api_key: str | None,
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         with httpx.Client() as http:
-            answer = fetch_sync(http, base_url + "/model_info", deadline_s=timeout_s, headers=headers)
-        data = parse_json(answer.body, what="/model_info") if answer.status == 200 else None
+            answer = fetch_sync(http, base_url + MODEL_INFO_ROUTE, deadline_s=timeout_s, headers=headers)
+        data = parse_json(answer.body, what=MODEL_INFO_ROUTE) if answer.status == 200 else None
     except EngineAnswerError:
         return None
     if isinstance(data, dict) and "model_path" in data and "is_generation" in data:
@@ -385,7 +391,7 @@ def _engine_findings(
                 report.findings += audit.parser_findings(v.name, results.get(v.name), answer.get("version"))
         if ran and not parser_state.startswith("unavailable"):
             parser_state = f"sglang {ran[0]} via {interpreter}"
-    tp = max((audit.parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
+    tp = max((parse_flags(v.args, catalog).int("--tp-size", 1) or 1) for v in views)
     for v in views:
         report.findings += audit.audit_profile(
             v, version, model, gpus=host.gpus, link=host.tp_link, catalog=catalog
@@ -397,9 +403,9 @@ def _encoder_ports(config: Config, version: str) -> dict[int, str]:
     catalog = flag_catalog(version)
     found: dict[int, str] = {}
     for p in config.profiles:
-        flags = audit.parse_flags(_written_args(config, p.name), catalog)
+        flags = parse_flags(_written_args(config, p.name), catalog)
         if flags.on("--language-only"):
-            port = flags.int("--encoder-bootstrap-port", audit.ENCODER_BOOTSTRAP_PORT_DEFAULT)
+            port = flags.int("--encoder-bootstrap-port", ENCODER_BOOTSTRAP_PORT_DEFAULT)
             if port:
                 found[port] = f"encoder bootstrap (--language-only, profile {p.name})"
     return found
@@ -588,16 +594,6 @@ def unit_view_report(config: Config, config_path: str, report: Report,
 # --------------------------------------------------------------------------------------------
 
 
-def _decode_none(metrics_text: str) -> float | None:
-    total: float | None = None
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if (sample.name == "sglang:cuda_graph_passes_total" and sample.labels.get("mode") == "decode_none"
-                    and math.isfinite(sample.value)):
-                total = (total or 0.0) + sample.value
-    return total if total is None or math.isfinite(total) else None
-
-
 def fallback_findings(status: Any, profile_names: Sequence[str]) -> list[Finding]:
     """The supervisor's /status -> whether the live server runs below its best profile, and why."""
     if not isinstance(status, dict) or not profile_names:
@@ -646,7 +642,7 @@ def live_report(url: str, report: Report, api_key: str | None, client: httpx.Cli
     try:
         info: Any = None
         error = "no answer"
-        for path in ("/server_info", "/get_server_info"):
+        for path in SERVER_INFO_ROUTES:
             try:
                 resp = fetch_sync(http, url.rstrip("/") + path, deadline_s=HTTP_TIMEOUT_S, headers=headers)
             except EngineAnswerError as e:
@@ -670,7 +666,7 @@ def live_report(url: str, report: Report, api_key: str | None, client: httpx.Cli
                 Finding(
                     "error",
                     "live",
-                    f"cannot read {url}/server_info",
+                    f"cannot read {url}{SERVER_INFO_ROUTES[0]}",
                     error,
                     "check --url (and that the engine is up)",
                     "live.unreachable",
@@ -680,10 +676,10 @@ def live_report(url: str, report: Report, api_key: str | None, client: httpx.Cli
             return
         decode_none: float | None = None
         try:
-            m = fetch_sync(http, url.rstrip("/") + "/metrics", deadline_s=HTTP_TIMEOUT_S,
+            m = fetch_sync(http, url.rstrip("/") + METRICS_ROUTE, deadline_s=HTTP_TIMEOUT_S,
                            max_bytes=MAX_METRICS_BYTES, headers=headers)
             if m.status == 200:
-                decode_none = _decode_none(m.text())
+                decode_none = parse_engine_metrics(m.text()).decode_eager_passes
         except (EngineAnswerError, ValueError):
             decode_none = None
         report.findings += audit.live_findings(info, decode_none)

@@ -15,6 +15,7 @@ from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import choose_next
 from sglang_supervisor.core.logruns import Run, scan_runs
 from sglang_supervisor.core.logwatch import LogSummary, summarize
+from sglang_supervisor.engine.sglang import REQUEST_RECORDS_ON_STDOUT
 from sglang_supervisor.shell.configfile import load_config
 
 
@@ -120,8 +121,8 @@ def _report_request_records(run: Run, out: TextIO) -> None:
         print(f"  note: {run.text_request_records} --log-requests record(s) in the text form: SGLang "
               "prints their dict keys unescaped, so an API user can write whole lines into this log; "
               "a failure, crash or ready line above may be theirs. The running supervisor is not "
-              "misled (it reads the engine's stdout, where SGLang 0.5.8+ writes these records, "
-              "apart); see docs/FAULTS.md", file=out)
+              f"misled (it reads the engine's stdout, where SGLang {REQUEST_RECORDS_ON_STDOUT}+ writes "
+              "these records, apart); see docs/FAULTS.md", file=out)
 
 
 def _report_runs(runs: list[Run], shown: Run, out: TextIO) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from sglang_supervisor.commands.doctor import port_busy, quiet_logging
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, FailureClass, ServerReady
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -32,7 +33,7 @@ from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.probe import make_shape, probe_many
-from sglang_supervisor.shell.process import EngineProcess, engine_env
+from sglang_supervisor.shell.process import EngineProcess
 from sglang_supervisor.shell.supervisor import Prepared, ladder_hash, prepare
 
 Progress = Callable[[str], None]

@@ -8,31 +8,33 @@ given optimisation is off moves between releases (see docs in the finding texts)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sglang_supervisor.engine.modelinfo import (
-    SGLANG_MM_PIECEWISE_GRAPH_ARCHS,
-    SGLANG_PREFILL_GRAPH_DISABLED_ARCHS,
-    ModelInfo,
+from sglang_supervisor.core.gpufacts import GpuInfo, P2PLink
+from sglang_supervisor.engine import patterns as P
+from sglang_supervisor.engine.api import CUDA_GRAPH_PASSES, DECODE_EAGER_MODE, SERVER_INFO_SECRET_KEYS
+from sglang_supervisor.engine.argv import Flags, parse_flags
+from sglang_supervisor.engine.graphs import graph_phases
+from sglang_supervisor.engine.modelinfo import ModelInfo
+from sglang_supervisor.engine.sglang import (
+    ENCODER_BOOTSTRAP_PORT_DEFAULT,
+    PER_PHASE_GRAPHS,
+    SPEC_ALGORITHMS,
+    SPEC_V2_DEFAULT_ON,
+    SPEC_V2_IGNORED,
+    FlagCatalog,
+    FlagProblem,
+    Migration,
+    at_least,
 )
-from sglang_supervisor.engine.sglang import FlagCatalog, FlagProblem, Migration, parse_version
-from sglang_supervisor.shell.gpu import GpuInfo, P2PLink
 
 Severity = Literal["error", "warning", "info", "ok"]
 Area = Literal["host", "engine", "audit", "live"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info", "ok")
 AREAS: tuple[Area, ...] = ("host", "engine", "audit", "live")
 
-ENCODER_BOOTSTRAP_PORT_DEFAULT = 8997
-SPEC_ALGORITHMS = frozenset(
-    {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
-)
-_A2A_BREAKABLE_OK = frozenset({"none", "deepep", "megamoe", "flashinfer"})
-_FALSE = frozenset({"false", "0", "no", "off"})
-SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,63 +96,9 @@ def collapse_common(findings: Iterable[Finding], profiles: Sequence[str]) -> lis
     return out
 
 
-def _v(version: str) -> tuple[int, ...]:
-    return parse_version(version)
-
-
 # --------------------------------------------------------------------------------------------
 # argv view
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Flags:
-    """A rendered SGLang argv as option → values (None for a bare switch); last occurrence wins."""
-
-    values: Mapping[str, tuple[str | None, ...]]
-
-    def has(self, name: str) -> bool:
-        return name in self.values
-
-    def get(self, name: str) -> str | None:
-        vals = self.values.get(name)
-        return vals[-1] if vals else None
-
-    def on(self, name: str) -> bool:
-        """A switch that is set (`--x`, or `--x true` for bool-typed flags)."""
-        if name not in self.values:
-            return False
-        val = self.get(name)
-        return val is None or val.lower() not in _FALSE
-
-    def int(self, name: str, default: int | None = None) -> int | None:
-        val = self.get(name)
-        try:
-            return int(val) if val is not None else default
-        except ValueError:
-            return default
-
-
-def parse_flags(argv: Sequence[str], catalog: FlagCatalog | None = None) -> Flags:
-    """Group `--opt value...` tokens; with a catalogue, expand abbreviations as argparse would."""
-    out: dict[str, list[str | None]] = {}
-    current: str | None = None
-    for tok in argv:
-        if tok.startswith("--"):
-            name, eq, inline = tok.partition("=")
-            if catalog is not None:
-                name = catalog.resolve(name) or name
-            out.setdefault(name, [])
-            if eq:
-                out[name].append(inline)
-                current = None
-            else:
-                current = name
-                out[name].append(None)
-        elif current is not None:
-            vals = out[current]
-            vals[-1] = tok if vals[-1] is None else f"{vals[-1]} {tok}"
-    return Flags({k: tuple(v) for k, v in out.items()})
 
 
 @dataclass(frozen=True)
@@ -166,219 +114,6 @@ class ProfileView:
 # --------------------------------------------------------------------------------------------
 # CUDA graph phases
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PhaseVerdict:
-    phase: Literal["decode", "prefill"]
-    on: bool
-    backend: str | None  # full / breakable / tc_piecewise / piecewise (legacy) / None when off
-    reasons: tuple[str, ...]  # why off (or why forced on)
-    fix: str = ""
-    certain: bool = True  # False: a runtime rule may still turn it off
-
-
-def _graph_config_json(flags: Flags) -> dict[str, Any]:
-    raw = flags.get("--cuda-graph-config")
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _phase_backend_from_json(cfg: Mapping[str, Any], phase: str) -> str | None:
-    entry = cfg.get(phase)
-    if isinstance(entry, Mapping) and isinstance(entry.get("backend"), str):
-        return str(entry["backend"])
-    return None
-
-
-def graph_phases(flags: Flags, version: str, model: ModelInfo | None) -> tuple[PhaseVerdict, PhaseVerdict]:
-    """(decode, prefill) CUDA graph verdicts with the rules SGLang `version` applies."""
-    if _v(version) <= (0, 5, 13):
-        return _legacy_decode(flags), _legacy_prefill(flags, model)
-    return _decode(flags), _prefill(flags, version, model)
-
-
-def _decode(flags: Flags) -> PhaseVerdict:
-    cfg = _graph_config_json(flags)
-    backend = _phase_backend_from_json(cfg, "decode") or flags.get("--cuda-graph-backend-decode")
-    fix = "remove it; decode graphs are SGLang's biggest single-stream speed-up (1.58x measured on an H200)"
-    if backend == "disabled":
-        return PhaseVerdict(
-            "decode",
-            False,
-            None,
-            ("--cuda-graph-backend-decode disabled",),
-            "remove --cuda-graph-backend-decode disabled; if capture ran out of memory, "
-            "lower --cuda-graph-max-bs-decode or --mem-fraction-static instead",
-        )
-    if flags.on("--disable-decode-cuda-graph"):
-        return PhaseVerdict("decode", False, None, ("--disable-decode-cuda-graph",), fix)
-    if flags.on("--disable-cuda-graph"):
-        return PhaseVerdict(
-            "decode", False, None, ("--disable-cuda-graph (deprecated: disables both phases)",), fix
-        )
-    if flags.get("--deepep-mode") == "normal":
-        return PhaseVerdict(
-            "decode",
-            False,
-            None,
-            ("--deepep-mode normal disables both graph phases",),
-            "use --deepep-mode auto or low_latency",
-        )
-    return PhaseVerdict("decode", True, backend or "full", ())
-
-
-def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdict:
-    v = _v(version)
-    cfg = _graph_config_json(flags)
-    explicit = _phase_backend_from_json(cfg, "prefill") or flags.get("--cuda-graph-backend-prefill")
-    if explicit is None and flags.on("--enforce-piecewise-cuda-graph") and v < (0, 5, 20):
-        explicit = "tc_piecewise"  # 0.5.14-0.5.19 alias
-    if explicit is None and flags.on("--disable-piecewise-cuda-graph") and v < (0, 5, 20):
-        explicit = "disabled"
-    if explicit == "tc_piecewise" and v >= (0, 5, 22):
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            ("tc_piecewise was removed in 0.5.22 (argparse rejects it)",),
-            "--cuda-graph-backend-prefill breakable",
-        )
-    if explicit == "disabled":
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            ("--cuda-graph-backend-prefill disabled",),
-            "remove it (breakable is the default on CUDA since 0.5.15)",
-        )
-    if explicit is None and flags.on("--disable-prefill-cuda-graph"):
-        return PhaseVerdict("prefill", False, None, ("--disable-prefill-cuda-graph",), "remove it")
-    if explicit is None and flags.on("--disable-cuda-graph"):
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            ("--disable-cuda-graph (deprecated: disables both phases)",),
-            "remove --disable-cuda-graph",
-        )
-    # Rules that apply whether or not the backend was set explicitly (they ignore the lock).
-    hard: list[str] = []
-    if flags.get("--deepep-mode") == "normal":
-        hard.append("--deepep-mode normal disables both graph phases")
-    if flags.on("--enable-kv-cache-sharding"):
-        hard.append("--enable-kv-cache-sharding")
-    if hard:
-        return PhaseVerdict("prefill", False, None, tuple(hard), "drop " + " and ".join(hard))
-    soft: list[str] = []
-    if flags.on("--enable-lora") or flags.has("--lora-paths"):
-        soft.append("LoRA: the capture step turns the prefill graph off for unsupported LoRA setups")
-    default = "breakable" if v >= (0, 5, 15) else "tc_piecewise"
-    notes: list[str] = []
-    if model is not None and model.sglang_multimodal and model.mm_breakable_graph_ok:
-        notes.append(
-            f"multimodal, but {model.architectures[0]} is on SGLang's breakable-prefill-graph allow-list"
-        )
-    if explicit is not None:
-        same = " (the default anyway)" if explicit == default else ""
-        return PhaseVerdict(
-            "prefill",
-            True,
-            explicit,
-            (f"--cuda-graph-backend-prefill {explicit} (locked){same}", *notes, *soft),
-            certain=not soft,
-        )
-    off: list[str] = []
-    if (flags.int("--pp-size", 1) or 1) > 1:
-        off.append("pipeline parallelism (--pp-size > 1): the prefill graph is opt-in with PP")
-    if (flags.int("--dcp-size", 1) or 1) > 1:
-        off.append("decode context parallel (--dcp-size > 1)")
-    if flags.on("--enable-two-batch-overlap"):
-        off.append("two-batch overlap (--enable-two-batch-overlap)")
-    a2a = flags.get("--moe-a2a-backend") or "none"
-    if a2a not in _A2A_BREAKABLE_OK:
-        off.append(f"MoE a2a backend {a2a} is not validated with the breakable graph")
-    if model is not None and model.sglang_multimodal and not model.mm_breakable_graph_ok:
-        off.append(
-            f"multimodal architecture {model.architectures[0]} is not on SGLang's "
-            "breakable-prefill-graph allow-list"
-        )
-    if flags.get("--disaggregation-mode") == "decode":
-        off.append("PD disaggregation decode role")
-    if off:
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            tuple(off),
-            f"--cuda-graph-backend-prefill {default} forces it (locks the choice and skips "
-            "these auto-disable rules; test it: SGLang disabled it for a reason)",
-        )
-    return PhaseVerdict("prefill", True, default, (*notes, *soft), certain=not soft)
-
-
-def _legacy_decode(flags: Flags) -> PhaseVerdict:
-    if flags.on("--disable-cuda-graph"):
-        return PhaseVerdict("decode", False, None, ("--disable-cuda-graph",), "remove --disable-cuda-graph")
-    return PhaseVerdict("decode", True, "full", ())
-
-
-def _legacy_prefill(flags: Flags, model: ModelInfo | None) -> PhaseVerdict:
-    if flags.on("--disable-piecewise-cuda-graph"):
-        return PhaseVerdict("prefill", False, None, ("--disable-piecewise-cuda-graph",), "remove it")
-    if flags.on("--enforce-piecewise-cuda-graph"):
-        return PhaseVerdict(
-            "prefill", True, "piecewise", ("--enforce-piecewise-cuda-graph (skips the rule list)",)
-        )
-    rules: list[tuple[bool, str]] = [
-        (
-            model is not None and any(a in SGLANG_PREFILL_GRAPH_DISABLED_ARCHS for a in model.architectures),
-            "architecture on SGLang's piecewise-graph block list",
-        ),
-        (flags.on("--enable-dp-attention"), "--enable-dp-attention"),
-        (flags.on("--enable-torch-compile"), "--enable-torch-compile"),
-        ((flags.int("--pp-size", 1) or 1) > 1, "pipeline parallelism (--pp-size > 1)"),
-        ((flags.get("--device") or "cuda") != "cuda", "a non-CUDA --device"),
-        ((flags.get("--moe-a2a-backend") or "none") != "none", "--moe-a2a-backend other than none"),
-        (flags.on("--enable-lora") or flags.has("--lora-paths"), "LoRA"),
-        (
-            model is not None
-            and model.sglang_multimodal
-            and not any(a in SGLANG_MM_PIECEWISE_GRAPH_ARCHS for a in model.architectures),
-            f"multimodal architecture ({model.architectures[0] if model and model.architectures else '?'}): "
-            "SGLang classes it as a VLM by its name, whatever the requests are",
-        ),
-        (flags.get("--load-format") == "gguf", "GGUF weights"),
-        (flags.has("--dllm-algorithm"), "diffusion LM (--dllm-algorithm)"),
-        (
-            (flags.int("--cpu-offload-gb", 0) or 0) > 0 or flags.on("--enable-hierarchical-cache"),
-            "CPU offload or hierarchical cache",
-        ),
-        (flags.on("--enable-deterministic-inference"), "--enable-deterministic-inference"),
-        ((flags.get("--disaggregation-mode") or "null") != "null", "PD disaggregation"),
-        (flags.on("--enable-symm-mem"), "--enable-symm-mem"),
-        (
-            flags.on("--enable-eplb") or flags.has("--expert-distribution-recorder-mode"),
-            "EPLB / expert recorder",
-        ),
-        ((flags.int("--attn-cp-size", 1) or 1) > 1, "attention context parallel"),
-        (flags.on("--debug-cuda-graph"), "--debug-cuda-graph"),
-    ]
-    off = tuple(reason for hit, reason in rules if hit)
-    if off:
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            off,
-            "--enforce-piecewise-cuda-graph forces it on this version (test it first)",
-        )
-    return PhaseVerdict("prefill", True, "piecewise", ())
 
 
 def _graph_findings(flags: Flags, version: str, model: ModelInfo | None, profile: str) -> list[Finding]:
@@ -411,7 +146,7 @@ def _graph_findings(flags: Flags, version: str, model: ModelInfo | None, profile
                 profile,
             )
         )
-    legacy = _v(version) <= (0, 5, 13)
+    legacy = not at_least(version, PER_PHASE_GRAPHS)
     pname = "piecewise prefill CUDA graph" if legacy else "prefill CUDA graph"
     if prefill.on:
         why = "; ".join(prefill.reasons) or f"no auto-disable rule of sglang {version} matches this profile"
@@ -419,8 +154,8 @@ def _graph_findings(flags: Flags, version: str, model: ModelInfo | None, profile
         extra = (
             ""
             if prefill.certain
-            else " (a runtime rule may still turn it off; watch for 'Disable prefill "
-            "CUDA graph because' in the log)"
+            else f" (a runtime rule may still turn it off; watch for '{P.PREFILL_DISABLED_LINE}' in "
+            "the log)"
         )
         out.append(
             Finding(
@@ -487,7 +222,7 @@ def _spec_findings(flags: Flags, model: ModelInfo | None, profile: str) -> list[
                 "audit",
                 f"--speculative-algorithm {alg} is not an algorithm SGLang knows",
                 "argparse accepts any name; the engine then fails at startup with "
-                f"'Unknown speculative algorithm name: {alg}'"
+                f"'{P.UNKNOWN_SPEC_ALGORITHM}: {alg}'"
                 + (". MTP is the model feature, not the algorithm's name" if name == "MTP" else ""),
                 fix,
                 "spec.unknown_algorithm",
@@ -658,27 +393,26 @@ def _overlap_findings(flags: Flags, model: ModelInfo | None, profile: str) -> li
 def _env_findings(env: Mapping[str, str], version: str, profile: str) -> list[Finding]:
     if "SGLANG_ENABLE_SPEC_V2" not in env:
         return []
-    v = _v(version)
     fix = "remove SGLANG_ENABLE_SPEC_V2 from engine.env (or the profile's env)"
-    if v >= (0, 5, 21):
+    if at_least(version, SPEC_V2_IGNORED):
         return [
             Finding(
                 "warning",
                 "audit",
                 "SGLANG_ENABLE_SPEC_V2 does nothing on sglang " + version,
-                "no code reads it since 0.5.21 (silently ignored); speculative decoding always runs "
-                "the v2 worker. --disable-overlap-schedule selects the synchronous path",
+                f"no code reads it since {SPEC_V2_IGNORED} (silently ignored); speculative decoding "
+                "always runs the v2 worker. --disable-overlap-schedule selects the synchronous path",
                 fix,
                 "env.spec_v2",
                 profile,
             )
         ]
-    if v >= (0, 5, 14):
+    if at_least(version, PER_PHASE_GRAPHS):
         return [
             Finding(
                 "warning",
                 "audit",
-                "SGLANG_ENABLE_SPEC_V2 was removed in 0.5.14",
+                f"SGLANG_ENABLE_SPEC_V2 was removed in {PER_PHASE_GRAPHS}",
                 "SGLang logs that it has been removed; the v2 worker is always used",
                 fix,
                 "env.spec_v2",
@@ -690,7 +424,8 @@ def _env_findings(env: Mapping[str, str], version: str, profile: str) -> list[Fi
             "info",
             "audit",
             f"SGLANG_ENABLE_SPEC_V2={env['SGLANG_ENABLE_SPEC_V2']}",
-            "on <=0.5.13 it selects the overlap-scheduled speculative worker (default on since 0.5.11)",
+            f"before {PER_PHASE_GRAPHS} it selects the overlap-scheduled speculative worker "
+            f"(default on since {SPEC_V2_DEFAULT_ON})",
             "",
             "env.spec_v2",
             profile,
@@ -1239,7 +974,8 @@ def redact_server_info(info: Mapping[str, Any]) -> dict[str, Any]:
 
     def scrub(obj: Any) -> Any:
         if isinstance(obj, Mapping):
-            return {k: ("<redacted>" if k in SECRET_KEYS and v else scrub(v)) for k, v in obj.items()}
+            return {k: ("<redacted>" if k in SERVER_INFO_SECRET_KEYS and v else scrub(v))
+                    for k, v in obj.items()}
         if isinstance(obj, list):
             return [scrub(x) for x in obj]
         return obj
@@ -1302,7 +1038,8 @@ def live_findings(info: Mapping[str, Any], decode_none_passes: float | None = No
                 "the running server resolved disable_piecewise_cuda_graph=True",
                 "one of SGLang's auto-disable rules (multimodal architecture, LoRA, PP, ...) turned the "
                 "piecewise prefill graph off; doctor --config names the rule",
-                "--enforce-piecewise-cuda-graph on <=0.5.13, --cuda-graph-backend-prefill breakable on newer",
+                f"--enforce-piecewise-cuda-graph before {PER_PHASE_GRAPHS}, --cuda-graph-backend-prefill "
+                "breakable on newer",
                 "live.piecewise_off",
             )
         )
@@ -1355,7 +1092,7 @@ def live_findings(info: Mapping[str, Any], decode_none_passes: float | None = No
                 "warning",
                 "live",
                 f"{decode_none_passes:.0f} decode passes ran eagerly",
-                "sglang:cuda_graph_passes_total{mode=decode_none} > 0: batches fell outside the "
+                f"{CUDA_GRAPH_PASSES}{{mode={DECODE_EAGER_MODE}}} > 0: batches fell outside the "
                 "captured sizes",
                 "raise --cuda-graph-max-bs-decode to the concurrency you serve",
                 "live.decode_none",

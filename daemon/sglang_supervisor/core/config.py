@@ -29,9 +29,12 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from sglang_supervisor.core.address import AddressError, parse_address
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.failover import REMEDIATION_ACTIONS
 from sglang_supervisor.core.group import GroupSettings
+from sglang_supervisor.engine.argv import MANAGED_FLAGS
+from sglang_supervisor.engine.sglang import NEWEST_KNOWN_VERSION
 
 ArgScalar = str | int | float | bool
 # A flag's value: true = bare flag, false/null = left out, a list = several values (nargs).
@@ -45,16 +48,18 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.+-]?[A-Za-z0-9.+-]*)?\Z")
 
 # Flags the supervisor sets itself: written in args they would fight with the typed settings.
-RESERVED_FLAGS: dict[str, str] = {
-    "model-path": "set engine.model_path instead",
+# Which SGLang flags those are is engine knowledge (engine/argv.MANAGED_FLAGS); what to write
+# instead is the configuration's.
+_MANAGED_FIX: dict[str, str] = {
     "model": "set engine.model_path instead",
     "host": "set engine.host instead",
     "port": "set engine.port instead",
-    "api-key": "put the key in a file and set engine.api_key_file (or engine.api_key_credential); "
+    "api_key": "put the key in a file and set engine.api_key_file (or engine.api_key_credential); "
     "a key on the command line is visible to every user in the process table",
-    "admin-api-key": "keep secrets off the command line; the supervisor does not pass admin keys",
-    "config": "the supervisor passes its own --config file (for the API key); remove this flag",
+    "admin_api_key": "keep secrets off the command line; the supervisor does not pass admin keys",
+    "config_file": "the supervisor passes its own --config file (for the API key); remove this flag",
 }
+RESERVED_FLAGS: dict[str, str] = {flag: _MANAGED_FIX[role] for flag, role in MANAGED_FLAGS.items()}
 
 
 # Upper bounds: every value `check` accepts must be one `run` can use (timers, EXTEND_TIMEOUT_USEC).
@@ -282,7 +287,8 @@ class EngineSettings(_ArgsAndEnv):
     @classmethod
     def _version_shape(cls, v: str) -> str:
         if v != "auto" and not VERSION.match(v):
-            raise FixableValueError(f"{v!r} is not a version", 'write "auto" or a release such as "0.5.23"')
+            raise FixableValueError(f"{v!r} is not a version",
+                                    f'write "auto" or a release such as "{NEWEST_KNOWN_VERSION}"')
         return v
 
     @field_validator("api_key_credential")
@@ -382,22 +388,11 @@ class MetricsSettings(_Strict):
     @field_validator("address")
     @classmethod
     def _host_port(cls, v: str) -> str:
-        parse_address(v)
+        try:
+            parse_address(v)
+        except AddressError as exc:
+            raise FixableValueError(exc.problem, exc.fix) from None
         return v
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`HOST:PORT` or `[V6]:PORT` -> (host, port); ValueError that says the expected shape."""
-    host, sep, port_s = address.rpartition(":")
-    if not sep or not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
-        raise FixableValueError(f"{address!r} is not HOST:PORT",
-                                "write e.g. 127.0.0.1:9400 (port 0 picks a free port)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host:
-        raise FixableValueError(f"{address!r} has no host",
-                                f"write 127.0.0.1:{port_s} (or 0.0.0.0:{port_s} to listen on every address)")
-    return host, int(port_s)
 
 
 class GatewaySettings(_Strict):

@@ -2,8 +2,9 @@
 
 One owner for "what now after a failure": `decide_next_profile` answers for every failure class
 (tests/unit/test_decide_next_profile.py holds one row per class), from the failure itself
-(`classify_failure`, `corroborated`), the ladder (`ladder_order`, `skipped_known_bad`) and the
-operator's remediation rules (`choose_next`). The lifecycle carries the answer out.
+(`core/failures.classify_failure`, the ranker logscan uses too; `corroborated`), the ladder
+(`ladder_order`, `skipped_known_bad`) and the operator's remediation rules (`choose_next`). The
+lifecycle carries the answer out.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from sglang_supervisor.core.events import EngineFailed, FailureClass
+from sglang_supervisor.core.failures import ARGPARSE_EXIT
 from sglang_supervisor.core.inputs import Settings
 from sglang_supervisor.core.reasons import StopReason, TextEnum
 
@@ -26,16 +28,9 @@ class RemediationAction(TextEnum):
 
 REMEDIATION_ACTIONS: tuple[str, ...] = tuple(a.value for a in RemediationAction)
 
-# Failure classes that only say "something broke": a finer class seen in the same start wins.
-GENERIC_FAILURES = frozenset(
-    {FailureClass.SCHEDULER_EXCEPTION, FailureClass.CHILD_CRASHED, FailureClass.OTHER}
-)
 # Exit codes that never go down the ladder: another profile cannot fix them.
 CONFIG_FAILURES = frozenset({FailureClass.UNKNOWN_FLAG})
 TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE})
-
-# argparse's exit status: the command line itself was rejected.
-ARGPARSE_EXIT = 2
 
 # What the supervisor's own stop says about the engine when it exits without a better witness.
 STOP_VERDICTS: Mapping[StopReason, FailureClass] = {
@@ -46,33 +41,6 @@ STOP_VERDICTS: Mapping[StopReason, FailureClass] = {
     StopReason.PROBE_FAILED: FailureClass.WARMUP_FAILED,
     StopReason.CAPTURE_MISSING: FailureClass.CAPTURE_FAILED,
 }
-
-
-def classify_failure(
-    returncode: int | None,
-    failures: Iterable[EngineFailed],
-    verdict: FailureClass | None = None,
-    *,
-    after_ready: bool = False,
-) -> FailureClass:
-    """Why a start or a run failed.
-
-    The engine's own signature is the best witness (the first specific one: later lines are
-    fallout); then the supervisor's verdict (hang, wedged); then a generic signature; then the
-    exit code (argparse's 2, only before READY: a serving engine parses no command line); else
-    OTHER.
-    """
-    seen = list(failures)
-    specific = [f.failure for f in seen if f.failure not in GENERIC_FAILURES]
-    if specific:
-        return specific[0]
-    if verdict is not None:
-        return verdict
-    if seen:
-        return seen[0].failure
-    if returncode == ARGPARSE_EXIT and not after_ready:
-        return FailureClass.UNKNOWN_FLAG
-    return FailureClass.OTHER
 
 
 def corroborated(

@@ -30,6 +30,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.engine.graphs import rank_label
 
 NODE_RANK_ENV = "SGLANG_SUPERVISOR_NODE_RANK"  # overrides group.node_rank (LeaderWorkerSet)
 MAX_REPORT_BYTES = 4096  # a worker's report is a few hundred bytes; more is not a report
@@ -91,12 +92,7 @@ def node_rank_labels(tp_size: int, nnodes: int, node_rank: int) -> frozenset[str
     """The scheduler log prefixes on this node (SGLang's TP ranks are global across nodes)."""
     per = max(tp_size // nnodes, 1)
     ranks = range(per * node_rank, per * (node_rank + 1))
-    return frozenset(f"TP{r}" if tp_size > 1 else None for r in ranks)
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
+    return frozenset(rank_label(r, tp_size) for r in ranks)
 
 
 # ---- messages on the link (untrusted: bounded, typed, never an exception) ----------------------

@@ -24,12 +24,12 @@ from sglang_supervisor.core.failover import (
     Ladder,
     RetrySame,
     WaitThenSame,
-    classify_failure,
     corroborated,
     decide_next_profile,
     ladder_order,
     skipped_known_bad,
 )
+from sglang_supervisor.core.failures import classify_failure
 from sglang_supervisor.core.inputs import (
     TEMPORARY_TIMER,
     DecodeProgress,

@@ -37,6 +37,8 @@ from sglang_supervisor.core.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
+from sglang_supervisor.core.failures import rank as failure_rank
+from sglang_supervisor.core.failures import root_of
 from sglang_supervisor.core.logframing import unframe
 from sglang_supervisor.core.secretforms import expand
 from sglang_supervisor.engine import patterns as P
@@ -467,7 +469,7 @@ class LogParser:
     def _offer(self, cls: FailureClass, line_no: int, message: str) -> None:
         block = self._block
         assert block is not None
-        if block.best is None or P.FAILURE_RANK[cls] < P.FAILURE_RANK[block.best[0]]:
+        if block.best is None or failure_rank(cls) < failure_rank(block.best[0]):
             block.best = (cls, line_no, message)
 
     def _close_block(self) -> list[EngineEvent]:
@@ -750,16 +752,10 @@ class LogSummary:
 
 
 def root_failure(events: Sequence[EngineEvent]) -> EngineFailed | None:
-    """The cause among the failure signatures: the most specific one of the first failure
-    (signatures up to the first crash/sigquit line after it), earliest on ties."""
-    failures = [e for e in events if isinstance(e, EngineFailed)]
-    if not failures:
-        return None
-    first = failures[0].line_no
-    crash_after = [e.line_no for e in events if isinstance(e, EngineCrashed) and e.line_no >= first]
-    limit = crash_after[0] if crash_after else None
-    cluster = [f for f in failures if limit is None or f.line_no <= limit] or failures[:1]
-    return min(cluster, key=lambda f: (P.FAILURE_RANK.get(f.failure, 9), f.line_no))
+    """The cause among the failure signatures (core/failures.root_of: the one ranker the daemon
+    uses too)."""
+    return root_of([e for e in events if isinstance(e, EngineFailed)],
+                   [e.line_no for e in events if isinstance(e, EngineCrashed)])
 
 
 # Lines only the scheduler / model runner print: with no rank prefix on them, tp_size is 1.

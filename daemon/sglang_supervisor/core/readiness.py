@@ -12,11 +12,11 @@ from collections.abc import Set
 from dataclasses import dataclass
 from enum import Enum
 
+from sglang_supervisor.engine.graphs import settled_by_prefill_off
+
 # (owner, phase, rank): one capture that must end before READY. rank None = unprefixed lines (tp=1).
 CaptureKey = tuple[str, str, str | None]
 
-# Graph phases an engine may decide against at run time (PrefillGraphDisabled): not waited for.
-PREFILL_PHASES = frozenset({"prefill", "piecewise"})
 
 
 class Gate(Enum):
@@ -71,5 +71,4 @@ def first_probe(*, ok: bool, hung: bool, probing: bool, starting: bool,
 def without_prefill(expected: Set[CaptureKey], rank: str | None) -> set[CaptureKey]:
     """The captures still expected after the engine decided against prefill graphs (target and
     draft) on `rank`, or on every rank when the unprefixed main process said so."""
-    return {k for k in expected
-            if not (k[1] in PREFILL_PHASES and (rank is None or k[2] == rank))}
+    return {k for k in expected if not settled_by_prefill_off(k[1], k[2], rank)}

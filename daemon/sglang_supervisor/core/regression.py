@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
 
-from sglang_supervisor.shell.gpu import SLOWDOWN_REASONS, ForeignProcess, GpuInfo
+from sglang_supervisor.core.gpufacts import SLOWDOWN_REASONS, ForeignProcess, GpuInfo
 
 HOT_MARGIN_C = 3.0  # this close to the board's slowdown temperature counts as "hot"
 HOT_FALLBACK_C = 85.0  # when the board does not report its slowdown threshold

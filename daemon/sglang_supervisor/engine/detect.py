@@ -11,8 +11,8 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import VERSION, Config, ConfigError, ConfigProblem
-from sglang_supervisor.shell.process import engine_env
 
 SIMULATOR_MODULE = "sglang_supervisor.simulator"
 SIMULATOR_VERSION_ENV = "SGLANG_SIM_VERSION"

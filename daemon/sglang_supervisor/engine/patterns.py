@@ -62,8 +62,9 @@ LEGACY_KINDS = {
     "draft extend cuda": ("draft", "extend"),
 }
 PREFILL_DISABLED_KEY = "prefill CUDA graph"
+PREFILL_DISABLED_LINE = "Disable prefill CUDA graph because"  # every rank, from 0.5.14 (engine/graphs)
 PREFILL_DISABLED = re.compile(
-    r"(?:Disable prefill CUDA graph because (?P<reason>.*)"
+    "(?:" + PREFILL_DISABLED_LINE + r" (?P<reason>.*)"
     r"|Breakable CUDA graph is incompatible with (?P<incompat>.*?); disabling prefill CUDA graph)"
 )
 # tqdm frames redrawn with \r while loading and capturing.
@@ -159,22 +160,16 @@ TP_EXCEPTIONS = ("Exception in run_tp_server:", "Exception in ModelTpServer:")
 EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Unsupported|CompilerFailed)(?:: |$)"
 )
-CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
-# Fallout: the launcher reacting to a child that already failed. Never the root cause.
-CRASH_KEYS = (
-    "Received sigquit from a child proces",  # 0.4.x spells it `proces.` / `proces(s).`
-    "SIGQUIT received",
-    "crashed with exit code",
-)
 CHILD_CRASHED = re.compile(r"Subprocess (?P<name>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
 
+UNKNOWN_SPEC_ALGORITHM = "Unknown speculative algorithm name"  # argparse accepts any name
 # (substring, class) checked in order on every line that can be an error; first match wins.
 SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: unrecognized arguments", FailureClass.UNKNOWN_FLAG),
     ("error: argument --", FailureClass.UNKNOWN_FLAG),
     ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
-    ("Unknown speculative algorithm name", FailureClass.UNKNOWN_FLAG),
+    (UNKNOWN_SPEC_ALGORITHM, FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
     # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
     # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
@@ -241,25 +236,6 @@ CAPTURE_FRAME_WORDS = ("cuda_graph", "init_cuda_graphs", "capture")
 DRAFT_FRAME_WORDS = ("speculative/", "draft")
 PREFILL_FRAME_WORDS = ("prefill_cuda_graph", "breakable_cuda_graph", "piecewise")
 
-# Specific causes outrank generic ones when several signatures belong to one failure.
-FAILURE_RANK: dict[FailureClass, int] = {
-    FailureClass.UNKNOWN_FLAG: 0,
-    FailureClass.PORT_IN_USE: 0,
-    FailureClass.KV_CACHE_OOM: 0,
-    FailureClass.PREFILL_GRAPH_FAILED: 0,
-    FailureClass.DRAFT_CAPTURE_FAILED: 0,
-    FailureClass.CAPTURE_OOM: 0,
-    FailureClass.SCHEDULER_DIED: 0,
-    FailureClass.WATCHDOG_TIMEOUT: 0,
-    FailureClass.NCCL_TIMEOUT: 0,
-    FailureClass.CAPTURE_FAILED: 1,
-    FailureClass.WARMUP_FAILED: 1,
-    FailureClass.CUDA_ERROR: 1,
-    FailureClass.SCHEDULER_EXCEPTION: 2,
-    FailureClass.CHILD_CRASHED: 3,
-    FailureClass.OTHER: 4,
-}
-
 # What to do about each class: shown by logscan next to the failure.
 FIX_HINTS: dict[FailureClass, str] = {
     FailureClass.UNKNOWN_FLAG: "fix the command line for this SGLang version "
@@ -297,3 +273,11 @@ REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(\bBearer\s+)(?!\*\*\*)[^\s'\",}]+"), r"\1***"),
 )
 SECRET_ARG_KEYS = ("api_key", "secret", "password", "hf_token")
+
+# -- multi-node worker (--nnodes > 1, --node-rank > 0) -------------------------------------------
+# SGLang's worker launcher logs this once all its schedulers are ready (after their captures).
+WORKER_READY = re.compile(r"^\[[^\]]*\] (?:Starting dummy health check server|"
+                          r"Dummy health check server scheduled on existing loop) at ")
+# The scheduler processes retitle themselves `sglang::scheduler_TP<n>`; a comm name is cut to 15
+# bytes (`sglang::schedul`), so match on a prefix.
+SCHEDULER_COMM_PREFIX = "sglang::sched"

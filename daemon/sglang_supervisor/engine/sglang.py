@@ -18,13 +18,8 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Literal
 
-from sglang_supervisor.core.events import (
-    CaptureEnded,
-    EngineEvent,
-    GraphOwner,
-    GraphPhase,
-    PrefillGraphDisabled,
-)
+from sglang_supervisor.engine.api import HEALTH_ROUTE
+from sglang_supervisor.engine.patterns import UNKNOWN_SPEC_ALGORITHM
 
 Severity = Literal["error", "warning"]
 
@@ -58,6 +53,10 @@ def parse_version(s: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+# The newest release with a flag catalogue (engine/catalog); test_engine_versions keeps it true.
+NEWEST_KNOWN_VERSION = "0.5.23"
+
+
 @lru_cache(maxsize=1)
 def known_versions() -> tuple[str, ...]:
     """Versions that have a flag catalogue, sorted oldest first."""
@@ -77,7 +76,7 @@ def nearest_known_version(v: str) -> str:
     return older[-1] if older else known[0]
 
 
-def _at_least(version: str, floor: str) -> bool:
+def at_least(version: str, floor: str) -> bool:
     return parse_version(version) >= parse_version(floor)
 
 
@@ -303,8 +302,9 @@ def flag_catalog(version: str) -> FlagCatalog:
 PER_PHASE_GRAPHS = "0.5.14"  # per-phase cuda_graph_config; old flags become deprecated aliases
 ALIASES_REMOVED = "0.5.20"  # the deprecated aliases give argparse rc 2
 SPEC_V2_IGNORED = "0.5.21"  # SGLANG_ENABLE_SPEC_V2 silently ignored
+SPEC_V2_DEFAULT_ON = "0.5.11"  # the overlap-scheduled speculative worker became the default
 TC_PIECEWISE_REMOVED = "0.5.22"  # prefill backend tc_piecewise rejected
-READY_ROUTE = "0.5.20"  # GET /ready exists
+REQUEST_RECORDS_ON_STDOUT = "0.5.8"  # --log-requests records and access lines go to stdout
 CLEAN_DRAIN_EXIT_0 = "0.5.19"  # the drain ends in sys.exit(0), no longer a self-SIGKILL
 
 
@@ -499,7 +499,7 @@ def migrate_args(args: Sequence[str], version: str) -> ArgMigration:
     validated against the target's catalogue (abbreviations and deprecations are warnings).
     """
     target = flag_catalog(version)
-    modern = _at_least(version, PER_PHASE_GRAPHS)
+    modern = at_least(version, PER_PHASE_GRAPHS)
     rules = _FORWARD if modern else _BACKWARD
     out: list[_Item] = []
     migrations: list[Migration] = []
@@ -559,13 +559,13 @@ def _version_problem(flag: str, item: _Item, version: str, target: FlagCatalog) 
                 flag,
                 "error",
                 f"--speculative-algorithm {item.values[0]} passes argparse but SGLang fails at "
-                f"startup: 'Unknown speculative algorithm name: {item.values[0]}'",
+                f"startup: '{UNKNOWN_SPEC_ALGORITHM}: {item.values[0]}'",
                 _UNKNOWN_SPEC_ALGORITHMS[algo],
             )
     if (
         flag == "--cuda-graph-backend-prefill"
         and item.values == ("tc_piecewise",)
-        and _at_least(version, TC_PIECEWISE_REMOVED)
+        and at_least(version, TC_PIECEWISE_REMOVED)
     ):
         return FlagProblem(
                 flag,
@@ -576,7 +576,7 @@ def _version_problem(flag: str, item: _Item, version: str, target: FlagCatalog) 
     if (
         flag == "--cuda-graph-backend-decode"
         and item.values == ("breakable",)
-        and not _at_least(version, PER_PHASE_GRAPHS)
+        and not at_least(version, PER_PHASE_GRAPHS)
     ):
         return FlagProblem(
                 flag,
@@ -659,7 +659,7 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
     """Drop environment variables that the target version ignores, with a warning each."""
     out = dict(env)
     warnings: list[FlagProblem] = []
-    if "SGLANG_ENABLE_SPEC_V2" in out and _at_least(version, SPEC_V2_IGNORED):
+    if "SGLANG_ENABLE_SPEC_V2" in out and at_least(version, SPEC_V2_IGNORED):
         del out["SGLANG_ENABLE_SPEC_V2"]
         warnings.append(
             FlagProblem(
@@ -694,22 +694,17 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
 # --------------------------------------------------------------------------------------------
 
 
-def readiness_path(version: str) -> str | None:
-    """The cheap readiness route, or None where it does not exist (use /health semantics:
-    503 while warming up, then a real 1-token generation)."""
-    return "/ready" if _at_least(version, READY_ROUTE) else None
+ENCODER_BOOTSTRAP_PORT_DEFAULT = 8997  # --language-only opens it (encoder/LLM disaggregation)
+# --speculative-algorithm names SGLang knows (argparse accepts any; the engine fails at startup).
+SPEC_ALGORITHMS = frozenset(
+    {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
+)
 
 
 def health_path(version: str) -> str:
     """`/health` runs a 1-token generation (about 1 s, 20 s timeout) on every known version."""
     del version  # same route on every known release; kept per-version for the callers' sake
-    return "/health"
-
-
-def server_info_paths(version: str) -> tuple[str, ...]:
-    """Routes returning the resolved server args and internal states, preferred first."""
-    del version
-    return ("/server_info", "/get_server_info")
+    return HEALTH_ROUTE
 
 
 def clean_exit_codes(version: str) -> frozenset[int]:
@@ -719,131 +714,4 @@ def clean_exit_codes(version: str) -> frozenset[int]:
     SIGKILLs itself (-9, seen on the H200 fixtures). From 0.5.19 the source ends the drain
     with include_parent=False and sys.exit(0). 0.5.18 was not checked: treated as the older.
     """
-    return frozenset({0}) if _at_least(version, CLEAN_DRAIN_EXIT_0) else frozenset({0, -9})
-
-
-# --------------------------------------------------------------------------------------------
-# Which CUDA graph captures a rendered command line should log
-# --------------------------------------------------------------------------------------------
-
-_SPEC_WITHOUT_DRAFT_MODEL = frozenset({"NGRAM"})
-_PREFILL_GRAPH_DEFAULT_ON = "0.5.15"  # breakable became the CUDA default
-
-
-@dataclass(frozen=True)
-class ExpectedCapture:
-    """One capture (begin + end) that every rank in `ranks` must log before READY.
-
-    A rank is the log prefix (`"TP0"`, `"DP1 TP0"`) or None for tp=1 (no prefix).
-    """
-
-    owner: GraphOwner
-    phase: GraphPhase
-    ranks: tuple[str | None, ...]
-
-
-def _last_value(args: Sequence[str], *names: str) -> str | None:
-    value: str | None = None
-    for i, arg in enumerate(args):
-        name, eq, inline = arg.partition("=")
-        if name in names:
-            if eq:
-                value = inline
-            elif i + 1 < len(args) and not _is_option(args[i + 1]):
-                value = args[i + 1]
-            else:
-                value = ""
-    return value
-
-
-def _int_value(args: Sequence[str], default: int, *names: str) -> int:
-    raw = _last_value(args, *names)
-    try:
-        return int(raw) if raw else default
-    except ValueError:
-        return default
-
-
-def _rank_labels(tp_size: int, dp_size: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
-    """(all ranks, stats ranks) for the scheduler log prefixes."""
-    def label(dp: int, tp: int) -> str | None:
-        parts = ([f"DP{dp}"] if dp_size > 1 else []) + ([f"TP{tp}"] if tp_size > 1 else [])
-        return " ".join(parts) or None
-
-    everyone = tuple(label(d, t) for d in range(max(dp_size, 1)) for t in range(max(tp_size, 1)))
-    rank0 = tuple(label(d, 0) for d in range(max(dp_size, 1)))
-    return everyone, rank0
-
-
-def expected_captures(args: Sequence[str], version: str, tp_size: int) -> list[ExpectedCapture]:
-    """The captures a successful start of `args` on `version` logs, per rank.
-
-    Only what the arguments make certain is expected; rules that depend on the model (for
-    example a multimodal model off the breakable allow-list) end in a `Disable prefill CUDA
-    graph because ...` line instead, which `outstanding_captures` accepts in place of the
-    prefill captures.
-    """
-    dp_size = _int_value(args, 1, "--dp-size", "--data-parallel-size")
-    everyone, rank0 = _rank_labels(tp_size, dp_size)
-    algo = (_last_value(args, "--speculative-algorithm") or "").upper()
-    speculative = bool(algo)
-    draft_model = speculative and algo not in _SPEC_WITHOUT_DRAFT_MODEL
-    steps = _int_value(args, 0, "--speculative-num-steps")
-    if "--disable-cuda-graph" in args:
-        return []
-    if not _at_least(version, PER_PHASE_GRAPHS):
-        legacy: list[ExpectedCapture] = [ExpectedCapture("target", "legacy", everyone)]
-        if "--enforce-piecewise-cuda-graph" in args and "--disable-piecewise-cuda-graph" not in args:
-            legacy.insert(0, ExpectedCapture("target", "piecewise", everyone))
-        if draft_model:
-            legacy.append(ExpectedCapture("draft", "legacy", rank0))
-            legacy.append(ExpectedCapture("draft", "extend", rank0))
-        return legacy
-    prefill_backend = _last_value(args, "--cuda-graph-backend-prefill")
-    decode_backend = _last_value(args, "--cuda-graph-backend-decode")
-    if "--disable-prefill-cuda-graph" in args:
-        prefill_backend = "disabled"
-    if "--disable-decode-cuda-graph" in args:
-        decode_backend = "disabled"
-    if _last_value(args, "--deepep-mode") == "normal":
-        prefill_backend = decode_backend = "disabled"
-    if prefill_backend is None:
-        auto_off = (
-            _int_value(args, 1, "--pp-size", "--pipeline-parallel-size") > 1
-            or "--enable-two-batch-overlap" in args
-            or not _at_least(version, _PREFILL_GRAPH_DEFAULT_ON)
-        )
-        prefill_backend = "disabled" if auto_off else "breakable"
-    expected: list[ExpectedCapture] = []
-    prefill_on = prefill_backend != "disabled"
-    decode_on = decode_backend != "disabled"
-    if prefill_on:
-        expected.append(ExpectedCapture("target", "prefill", everyone))
-    if decode_on:
-        expected.append(ExpectedCapture("target", "verify" if speculative else "decode", everyone))
-    if draft_model:
-        if prefill_backend == "breakable":
-            expected.append(ExpectedCapture("draft", "prefill", everyone))
-        if decode_on and steps > 1:
-            expected.append(ExpectedCapture("draft", "decode", rank0))
-        if decode_on:
-            expected.append(ExpectedCapture("draft", "extend", rank0))
-    return expected
-
-
-def outstanding_captures(
-    expected: Sequence[ExpectedCapture], events: Sequence[EngineEvent]
-) -> list[tuple[ExpectedCapture, str | None]]:
-    """(capture, rank) pairs still missing their end line. A `PrefillGraphDisabled` on a rank
-    (or on the unprefixed main process) settles that rank's target and draft prefill graphs."""
-    ended = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
-    prefill_off = {e.rank for e in events if isinstance(e, PrefillGraphDisabled)}
-    missing: list[tuple[ExpectedCapture, str | None]] = []
-    for cap in expected:
-        for rank in cap.ranks:
-            if (cap.owner, cap.phase, rank) in ended:
-                continue
-            if cap.phase in ("prefill", "piecewise") and (rank in prefill_off or None in prefill_off):
-                continue
-            missing.append((cap, rank))
-    return missing
+    return frozenset({0}) if at_least(version, CLEAN_DRAIN_EXIT_0) else frozenset({0, -9})

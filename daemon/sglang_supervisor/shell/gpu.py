@@ -15,81 +15,51 @@ import asyncio
 import importlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import structlog
+
+# The plain facts live in core (the doctor and the regression rules read them without NVML);
+# callers of this adapter keep finding them here.
+from sglang_supervisor.core.gpufacts import (
+    CLOCK_REASON_NAMES,
+    CLOCK_REASONS,
+    SLOWDOWN_REASONS,
+    ForeignProcess,
+    GpuInfo,
+    GpuProcess,
+    P2PLink,
+    decode_clock_reasons,
+)
+
+__all__ = [
+    "CLOCK_REASONS",
+    "CLOCK_REASON_NAMES",
+    "SLOWDOWN_REASONS",
+    "ForeignProcess",
+    "GpuInfo",
+    "GpuProcess",
+    "Nvml",
+    "P2PLink",
+    "decode_clock_reasons",
+    "default",
+    "descendant_pids",
+    "find_foreign",
+    "foreign_processes",
+    "held_by",
+    "memory_held_by",
+    "nvml_available",
+    "p2p_link",
+    "release_done",
+    "snapshot",
+    "total_used",
+    "wait_for_release",
+]
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-# NVML clock-event ("throttle") reason bits; a stable part of the NVML ABI (nvml.h).
-CLOCK_REASONS: tuple[tuple[int, str], ...] = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal_slowdown"),
-    (0x040, "hw_thermal_slowdown"),
-    (0x080, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-CLOCK_REASON_NAMES: tuple[str, ...] = tuple(name for _, name in CLOCK_REASONS)
-# Reasons that mean "the GPU runs slower than it could": idle and app-clock settings do not.
-SLOWDOWN_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-)
-
-P2PLink = Literal["nvlink", "pcie-p2p", "none", "unknown"]
-
-
-def decode_clock_reasons(mask: int) -> tuple[str, ...]:
-    """Bitmask → reason names; bits NVML may add later come out as `other`."""
-    names = [name for bit, name in CLOCK_REASONS if mask & bit]
-    known = 0
-    for bit, _ in CLOCK_REASONS:
-        known |= bit
-    if mask & ~known:
-        names.append("other")
-    return tuple(names)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
-    pid: int
-    used_bytes: int | None  # None where the driver does not tell (WDDM, some MIG setups)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuInfo:
-    index: int
-    uuid: str
-    name: str
-    compute_capability: str | None  # "9.0" on an H100/H200
-    driver: str | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    utilization_ratio: float | None  # 0..1
-    temperature_c: float | None
-    temperature_slowdown_c: float | None  # where the board starts slowing itself down
-    power_w: float | None
-    power_limit_w: float | None
-    sm_clock_hz: float | None
-    throttle_reasons: tuple[str, ...]
-    processes: tuple[GpuProcess, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ForeignProcess:
-    gpu_index: int
-    gpu_uuid: str
-    pid: int
-    used_bytes: int | None
-    command: str | None  # /proc/PID/comm when visible
-
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import secrets
 import signal
 import socket
@@ -42,6 +41,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from sglang_supervisor.core.address import parse_address
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config
 from sglang_supervisor.core.events import (
     CaptureEnded,
@@ -51,7 +52,7 @@ from sglang_supervisor.core.events import (
     PrefillGraphDisabled,
 )
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.core.failover import classify_failure
+from sglang_supervisor.core.failures import classify_failure
 from sglang_supervisor.core.group import (
     MAX_REPORT_BYTES,
     MAX_VIEW_BYTES,
@@ -68,27 +69,23 @@ from sglang_supervisor.core.group import (
     node_rank_labels,
     parse_report,
     parse_view,
-    split_address,
     worker_decide,
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.profiles import default_secret_config_path
 from sglang_supervisor.core.readiness import CaptureKey
+from sglang_supervisor.engine import patterns as P
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
 from sglang_supervisor.shell.notify import Notifier
-from sglang_supervisor.shell.process import EngineProcess, engine_env
+from sglang_supervisor.shell.process import EngineProcess
 
 log = structlog.get_logger("sglang_supervisor")
 
 # A worker's failure while serving: the leader's engine is SIGKILLed with no drain (its ranks sit
 # in a collective that will not complete; SIGTERM would wait for SGLang's 60 s core-dump pause).
 MEMBER_FAILED_DRAIN_S = 0.0
-# SGLang's worker launcher logs this once all its schedulers are ready (after their captures).
-_DUMMY_LINE = re.compile(r"^\[[^\]]*\] (?:Starting dummy health check server|"
-                         r"Dummy health check server scheduled on existing loop) at ")
-_SCHEDULER_COMM = "sglang::sched"  # comm names are cut to 15 bytes: sglang::schedul
 
 
 def local_capture_keys(keys: Iterable[CaptureKey], settings: GroupSettings, tp_size: int
@@ -156,7 +153,7 @@ class LeaderLink:
                                  Route("/group/report", post_report, methods=["POST"])])
 
     async def start(self) -> None:
-        host, port = split_address(self.settings.link)
+        host, port = parse_address(self.settings.link)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -243,7 +240,7 @@ class _NodeParser:
         self.dummy_seen = False
 
     def feed_line(self, line: str) -> list[EngineEvent]:
-        if _DUMMY_LINE.match(line):
+        if P.WORKER_READY.match(line):
             self.dummy_seen = True
         return self.inner.feed_line(line)
 
@@ -355,7 +352,7 @@ class WorkerNode:
         if eng.failed is not None or eng.stopping:
             return
         rc = eng.proc.returncode
-        ranks = sum(1 for m in eng.proc.group_members() if m.name.startswith(_SCHEDULER_COMM))
+        ranks = sum(1 for m in eng.proc.group_members() if m.name.startswith(P.SCHEDULER_COMM_PREFIX))
         eng.max_ranks = max(eng.max_ranks, ranks)
         if rc is not None:
             eng.failed = classify_failure(rc, eng.failures, after_ready=self.serving(eng))
@@ -402,7 +399,7 @@ class WorkerNode:
             "group.reload_ignored", hint="a worker node follows its leader: reload the leader"))
         watchdog_s = self.notifier.watchdog_interval()
         last_watchdog = 0.0
-        host, port = split_address(self.settings.link)
+        host, port = parse_address(self.settings.link)
         base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         last_ok = time.monotonic()
         view: View | None = None

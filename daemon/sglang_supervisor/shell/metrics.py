@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from sglang_supervisor.core.address import AddressError, parse_address
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.failover import CONFIG_FAILURES
 from sglang_supervisor.core.reasons import RestartCause
@@ -304,13 +305,6 @@ class MetricsServerError(RuntimeError):
     pass
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise MetricsServerError(f"metrics address {address!r} is not HOST:PORT (e.g. {DEFAULT_ADDRESS})")
-    return host.strip("[]"), int(port)
-
-
 class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -348,7 +342,10 @@ class MetricsServer:
                  status_provider: Callable[[], Mapping[str, Any]] | None = None, *,
                  readiness: Callable[[], _Verdict] | None = None,
                  liveness: Callable[[], _Verdict] | None = None):
-        self.host, self.port = parse_address(address)
+        try:
+            self.host, self.port = parse_address(address)
+        except AddressError as exc:
+            raise MetricsServerError(f"metrics address: {exc}") from None
         self.metrics = metrics
         self._status = status_provider or (lambda: {})
         self._readiness = readiness

@@ -38,10 +38,11 @@ from sglang_supervisor.core.regression import (
     evaluate,
     updated_baseline,
 )
+from sglang_supervisor.engine.api import EngineMetrics
+from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell import gpu
 from sglang_supervisor.shell.metrics import SupervisorMetrics
 from sglang_supervisor.shell.probe import (
-    EngineMetrics,
     ProbeResult,
     ProbeShape,
     engine_metrics,
@@ -88,10 +89,9 @@ _TERMINAL = (RestartSame, TryNextProfile, RetryPrimary)
 # Decisions that act on a confirmed regression: before one, the decode mode must be known.
 _ACTING = (RestartSame, TryNextProfile)
 
-# SGLang logs a `Decode batch ... cuda graph: X` line every `--decode-log-interval` decode steps
-# (default 40), counted across requests. Without the engine's /metrics (no --enable-metrics) those
-# lines are the only sign of eager decode, and short probes may run for many probes without one.
-DEFAULT_DECODE_LOG_INTERVAL = 40
+# Without the engine's /metrics (no --enable-metrics) the `Decode batch` lines, one every
+# `--decode-log-interval` steps (engine/argv.DEFAULT_DECODE_LOG_INTERVAL), are the only sign of
+# eager decode, and short probes may run for many probes without one.
 # How long to wait after the evidence probe for its Decode line to reach us through the log pump.
 DECODE_EVIDENCE_WAIT_S = 2.0
 

@@ -16,32 +16,8 @@ import structlog
 
 log = structlog.get_logger("sglang_supervisor.shell.notify")
 
-# What systemd hands *us*. The engine must never see these: with NotifyAccess=all a stray
-# READY=1 from SGLang (or a library it loads) would lie to systemd, and LISTEN_FDS would make
-# a socket-activation-aware library grab descriptors that are not its own.
-_CHILD_ENV_DROP = frozenset(
-    {
-        "NOTIFY_SOCKET",
-        "WATCHDOG_USEC",
-        "WATCHDOG_PID",
-        # The engine's stdout is our log file, not the journal stream; a library that trusts this
-        # variable would send to journald behind our back.
-        "JOURNAL_STREAM",
-    }
-)
-_CHILD_ENV_DROP_PREFIXES = ("LISTEN_",)  # LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES
-
 # A blocked notify socket (systemd busy) must not freeze the main loop for long.
 _SEND_TIMEOUT_S = 1.0
-
-
-def clean_child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `env` without the variables systemd meant only for the supervisor."""
-    return {
-        k: v
-        for k, v in env.items()
-        if k not in _CHILD_ENV_DROP and not k.startswith(_CHILD_ENV_DROP_PREFIXES)
-    }
 
 
 def _one_line(text: str) -> str:

@@ -26,7 +26,7 @@ def bind_error(host: str, port: int) -> str | None:
             s.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                return exc.strerror or "address already in use"
+                return exc.strerror or os.strerror(errno.EADDRINUSE)
     return None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
@@ -20,13 +20,11 @@ from sglang_supervisor.core.profiles import (
     render,
 )
 from sglang_supervisor.core.readiness import CaptureKey
-from sglang_supervisor.engine.sglang import expected_captures
+from sglang_supervisor.engine.argv import tp_size
+from sglang_supervisor.engine.graphs import expected_captures
 from sglang_supervisor.shell import ports, state
 from sglang_supervisor.shell.apikey import read_api_key
 from sglang_supervisor.shell.fleet import read_gateway_key
-from sglang_supervisor.shell.monitor import DEFAULT_DECODE_LOG_INTERVAL
-
-_TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 
 
 @dataclass(frozen=True)
@@ -38,34 +36,6 @@ class Prepared:
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
     gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
-
-
-def flag_value(argv: Sequence[str], names: Iterable[str]) -> str | None:
-    names = tuple(names)
-    value: str | None = None
-    for i, tok in enumerate(argv):
-        name, eq, inline = tok.partition("=")
-        if name in names:
-            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return value
-
-
-def tp_size(argv: Sequence[str]) -> int:
-    raw = flag_value(argv, _TP_FLAGS)
-    try:
-        return max(1, int(raw)) if raw else 1
-    except ValueError:
-        return 1
-
-
-def decode_log_interval(argv: Sequence[str]) -> int:
-    """Decode steps between the engine's `Decode batch` lines: the monitor sizes its decode-mode
-    evidence probe by it."""
-    raw = flag_value(argv, ("--decode-log-interval",))
-    try:
-        return max(1, int(raw)) if raw else DEFAULT_DECODE_LOG_INTERVAL
-    except ValueError:
-        return DEFAULT_DECODE_LOG_INTERVAL
 
 
 def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:

@@ -21,8 +21,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from sglang_supervisor.engine.api import (
+    GENERATE_ROUTE,
+    GET_LOAD_ROUTE,
+    MAX_COUNT,
+    METRICS_ROUTE,
+    EngineLoad,
+    EngineMetrics,
+    count_or_none,
+    parse_engine_metrics,
+    parse_get_load,
+)
 from sglang_supervisor.shell.enginehttp import (
     MAX_ERROR_BODY_BYTES,
     MAX_METRICS_BYTES,
@@ -108,25 +118,10 @@ def _meta(chunk: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-# Token counts beyond this are not counts (an engine answer is untrusted): ignored, so that the
-# arithmetic on them stays finite.
-_MAX_COUNT = 1 << 40
-
-
-def _int_or_none(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, int) and 0 <= value <= _MAX_COUNT:
-        return value
-    return None
-
-
 def _float_or_none(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, int) and abs(value) > _MAX_COUNT:
+    if isinstance(value, int) and abs(value) > MAX_COUNT:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
@@ -163,7 +158,7 @@ def stream_stats(events: Sequence[tuple[float, Mapping[str, Any]]]) -> StreamSta
             error = error or err
             continue
         meta = _meta(chunk)
-        reported = _int_or_none(meta.get("completion_tokens"))
+        reported = count_or_none(meta.get("completion_tokens"))
         if reported is not None:
             has_content = reported > (last_reported or 0)
             last_reported = max(reported, last_reported or 0)
@@ -172,7 +167,7 @@ def stream_stats(events: Sequence[tuple[float, Mapping[str, Any]]]) -> StreamSta
         if has_content:
             content_times.append(t)
             chunk_count += 1
-        prompt_tokens = _int_or_none(meta.get("prompt_tokens")) or prompt_tokens
+        prompt_tokens = count_or_none(meta.get("prompt_tokens")) or prompt_tokens
         accept = _float_or_none(meta.get("spec_accept_length"))
         spec_accept = accept if accept is not None else spec_accept
 
@@ -300,7 +295,7 @@ async def probe_once(
         "sampling_params": {"max_new_tokens": shape.max_new_tokens, "temperature": 0.0, "ignore_eos": True},
         "stream": True,
     }
-    url = base_url.rstrip("/") + "/generate"
+    url = base_url.rstrip("/") + GENERATE_ROUTE
     headers = {**_headers(api_key), "Accept-Encoding": "identity"}
 
     def failed(problem: Problem, error: str) -> ProbeResult:
@@ -407,91 +402,12 @@ async def probe_many(
     return ProbeReport(shape, concurrency, tuple(results), tuple(aggregate))
 
 
-@dataclass(frozen=True, slots=True)
-class EngineLoad:
-    running: int
-    queued: int
-    source: str  # "metrics" or "get_load"
-
-    @property
-    def idle(self) -> bool:
-        return self.running == 0 and self.queued == 0
-
-
-@dataclass(frozen=True, slots=True)
-class EngineMetrics:
-    """The few engine `/metrics` samples the monitor needs, summed over ranks and labels."""
-
-    running: int | None
-    queued: int | None
-    generation_tokens_total: float | None
-    decode_graph_passes: float | None
-    decode_eager_passes: float | None  # `decode_none`: decode steps that ran without a CUDA graph
-    spec_accept_length: float | None
-
-
-def parse_engine_metrics(text: str) -> EngineMetrics:
-    """Pure: Prometheus text of SGLang's `/metrics` → `EngineMetrics`. Raises ValueError on garbage.
-    Non-finite samples (legal in Prometheus text: NaN, +Inf) count as absent."""
-    sums: dict[str, float] = {}
-    spec: float | None = None
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if not math.isfinite(sample.value):
-                continue
-            if name == "sglang:cuda_graph_passes_total":
-                mode = sample.labels.get("mode", "")
-                name = f"{name}:{mode}"
-            if name == "sglang:spec_accept_length":
-                spec = max(spec or 0.0, sample.value)
-                continue
-            sums[name] = sums.get(name, 0.0) + sample.value
-
-    def value(key: str) -> float | None:
-        v = sums.get(key)
-        return v if v is not None and math.isfinite(v) else None  # a sum of huge values overflows
-
-    def as_int(key: str) -> int | None:
-        v = value(key)
-        return int(v) if v is not None and 0 <= v <= _MAX_COUNT else None
-
-    return EngineMetrics(
-        running=as_int("sglang:num_running_reqs"),
-        queued=as_int("sglang:num_queue_reqs"),
-        generation_tokens_total=value("sglang:generation_tokens_total"),
-        decode_graph_passes=value("sglang:cuda_graph_passes_total:decode_cuda_graph"),
-        decode_eager_passes=value("sglang:cuda_graph_passes_total:decode_none"),
-        spec_accept_length=spec,
-    )
-
-
-def parse_get_load(body: object) -> EngineLoad | None:
-    """Pure: SGLang's `/get_load` answer (a list with one entry per DP rank, or one object).
-
-    `num_reqs` counts running and waiting requests; `num_waiting_reqs` the waiting ones."""
-    entries = body if isinstance(body, list) else [body]
-    running = queued = 0
-    seen = False
-    for entry in entries:
-        if not isinstance(entry, Mapping):
-            return None
-        total = _int_or_none(entry.get("num_reqs"))
-        waiting = _int_or_none(entry.get("num_waiting_reqs"))
-        if total is None:
-            continue
-        seen = True
-        queued += waiting or 0
-        running += max(total - (waiting or 0), 0)
-    return EngineLoad(running, queued, "get_load") if seen else None
-
-
 async def read_engine_metrics(
     client: httpx.AsyncClient, base_url: str, api_key: str | None = None, timeout: float = 5.0
 ) -> EngineMetrics:
     """The engine's `/metrics` within `timeout` s and `MAX_METRICS_BYTES`. Raises only
     `EngineAnswerError` (HTTP_STATUS 404 when the engine runs without --enable-metrics)."""
-    url = base_url.rstrip("/") + "/metrics"
+    url = base_url.rstrip("/") + METRICS_ROUTE
     answer = await fetch(client, url, deadline_s=timeout, max_bytes=MAX_METRICS_BYTES,
                          headers=_headers(api_key))
     if answer.status != 200:
@@ -517,8 +433,8 @@ async def read_get_load(
 ) -> EngineLoad | None:
     """SGLang's `/get_load` within `timeout` s; None when unreadable."""
     try:
-        body = await fetch_json(client, base_url.rstrip("/") + "/get_load", deadline_s=timeout,
-                                headers=_headers(api_key), what="/get_load")
+        body = await fetch_json(client, base_url.rstrip("/") + GET_LOAD_ROUTE, deadline_s=timeout,
+                                headers=_headers(api_key), what=GET_LOAD_ROUTE)
     except EngineAnswerError:
         return None
     return parse_get_load(body)

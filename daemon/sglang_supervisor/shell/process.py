@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from sglang_supervisor.shell.notify import clean_child_env
-
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.05
@@ -90,23 +88,6 @@ def _child_setup(parent_pid: int) -> None:
     # The parent may have died before prctl took effect: then nobody would ever kill us.
     if os.getppid() != parent_pid:
         os._exit(1)
-
-
-def engine_env(base: Mapping[str, str], overlay: Mapping[str, str], venv_bin: str | None = None
-               ) -> dict[str, str]:
-    """The engine's environment: ours plus the profile's, minus systemd's notify/watchdog/fd vars.
-
-    `venv_bin` (the engine's virtual environment's bin directory) goes first on PATH, as
-    `source .venv/bin/activate` would do: SGLang JIT-compiles kernels with the `ninja` that pip
-    installed beside it, and systemd's PATH does not hold that directory (measured on an H200 under
-    the shipped unit: `FileNotFoundError: [Errno 2] No such file or directory: 'ninja'` while
-    capturing the first CUDA graph, on every rung of the ladder)."""
-    env = {**base, **overlay}
-    if venv_bin:
-        parts = [p for p in env.get("PATH", "").split(os.pathsep) if p]
-        if venv_bin not in parts:
-            env["PATH"] = os.pathsep.join([venv_bin, *parts])
-    return clean_child_env(env)
 
 
 def venv_bin_dir(executable: str) -> str | None:

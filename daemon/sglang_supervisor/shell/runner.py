@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from sglang_supervisor.core.actions import Launch, WaitTemporary
+from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.group import MemberFailed
@@ -35,14 +36,15 @@ from sglang_supervisor.core.liveness import (
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.profiles import RenderedCommand, default_secret_config_path, render
+from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.sglang import clean_exit_codes
 from sglang_supervisor.shell import gpu
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.shell.grouplink import MEMBER_FAILED_DRAIN_S, local_capture_keys
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
-from sglang_supervisor.shell.preflight import capture_keys, gpu_indices, port_taken, tp_size
-from sglang_supervisor.shell.process import EngineProcess, engine_env, venv_bin_dir
+from sglang_supervisor.shell.preflight import capture_keys, gpu_indices, port_taken
+from sglang_supervisor.shell.process import EngineProcess, venv_bin_dir
 
 if TYPE_CHECKING:
     from sglang_supervisor.shell.supervisor import Supervisor

@@ -33,11 +33,11 @@ from sglang_supervisor.core.liveness import (
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.regression import Decision, KeepFaster, RestartSame, RetryPrimary, TryNextProfile
 from sglang_supervisor.core.wedge import Check
+from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.engine.sglang import health_path
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.enginehttp import EngineAnswerError
 from sglang_supervisor.shell.monitor import ThroughputMonitor
-from sglang_supervisor.shell.preflight import decode_log_interval, tp_size
 from sglang_supervisor.shell.probe import ProbeResult, check_health, decode_counters, read_engine_metrics
 
 if TYPE_CHECKING:

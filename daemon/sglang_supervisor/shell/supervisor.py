@@ -57,6 +57,9 @@ from sglang_supervisor.core.inputs import GpuBusy, Input, PortBusy, Settings, St
 from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.profiles import default_secret_config_path
+
+# The preflight's names are the supervisor's public API (commands/, tests/, bench/ import them here).
+from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import remove_secret_config
 from sglang_supervisor.shell.grouplink import LeaderLink
@@ -66,19 +69,14 @@ from sglang_supervisor.shell.leader import leader_link
 from sglang_supervisor.shell.logsetup import set_redactions
 from sglang_supervisor.shell.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
 from sglang_supervisor.shell.notify import Notifier
-
-# The preflight's names are the supervisor's public API (commands/, tests/, bench/ import them here).
 from sglang_supervisor.shell.preflight import (
     Prepared,
     capture_keys,
-    decode_log_interval,
-    flag_value,
     gateway_key,
     ladder_hash,
     policy_settings,
     port_taken,
     prepare,
-    tp_size,
 )
 from sglang_supervisor.shell.presence import Presence
 from sglang_supervisor.shell.reloader import Reloader
@@ -86,7 +84,7 @@ from sglang_supervisor.shell.runner import EngineRunner
 from sglang_supervisor.shell.serving import Serving
 from sglang_supervisor.shell.timers import Timers
 
-__all__ = ["Options", "Prepared", "Supervisor", "capture_keys", "decode_log_interval", "flag_value",
+__all__ = ["Options", "Prepared", "Supervisor", "capture_keys", "decode_log_interval",
            "gateway_key", "ladder_hash", "policy_settings", "port_taken", "prepare",
            "run_supervisor", "tp_size"]
 

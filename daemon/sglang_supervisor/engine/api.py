@@ -1,0 +1,127 @@
+"""SGLang's HTTP API as the supervisor uses it: routes, Prometheus metric names, and the pure
+parsers of the answers (`/metrics`, `/get_load`). Nothing else spells a route or an `sglang:` name.
+
+Engine answers are untrusted: counts are bounded (`MAX_COUNT`), non-finite samples are absent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# Routes (SGLang.md "HTTP API"; source notes §5).
+GENERATE_ROUTE = "/generate"  # native streaming generation: what the throughput probe measures
+HEALTH_ROUTE = "/health"  # a 1-token generation (about 1 s, 20 s timeout) on every known version
+METRICS_ROUTE = "/metrics"  # Prometheus text, only with --enable-metrics
+GET_LOAD_ROUTE = "/get_load"  # running and waiting requests per DP rank
+MODEL_INFO_ROUTE = "/model_info"
+SERVER_INFO_ROUTES = ("/server_info", "/get_server_info")  # resolved server args, preferred first
+# Fields of /server_info that hold secrets (redacted before anything shows them).
+SERVER_INFO_SECRET_KEYS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"})
+
+# Metric names (`sglang:` prefix; TP0 unless --enable-metrics-for-all-schedulers).
+CUDA_GRAPH_PASSES = "sglang:cuda_graph_passes_total"  # label mode, see below
+DECODE_GRAPH_MODE = "decode_cuda_graph"
+DECODE_EAGER_MODE = "decode_none"  # decode steps that ran without a CUDA graph
+SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
+NUM_RUNNING_REQS = "sglang:num_running_reqs"
+NUM_QUEUE_REQS = "sglang:num_queue_reqs"
+GENERATION_TOKENS_TOTAL = "sglang:generation_tokens_total"
+
+# Token counts beyond this are not counts (an engine answer is untrusted): ignored, so that the
+# arithmetic on them stays finite.
+MAX_COUNT = 1 << 40
+
+
+def count_or_none(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= MAX_COUNT:
+        return value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    running: int
+    queued: int
+    source: str  # "metrics" or "get_load"
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and self.queued == 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """The few engine `/metrics` samples the monitor needs, summed over ranks and labels."""
+
+    running: int | None
+    queued: int | None
+    generation_tokens_total: float | None
+    decode_graph_passes: float | None
+    decode_eager_passes: float | None  # `decode_none`: decode steps that ran without a CUDA graph
+    spec_accept_length: float | None
+
+
+def parse_engine_metrics(text: str) -> EngineMetrics:
+    """Pure: Prometheus text of SGLang's `/metrics` → `EngineMetrics`. Raises ValueError on garbage.
+    Non-finite samples (legal in Prometheus text: NaN, +Inf) count as absent."""
+    sums: dict[str, float] = {}
+    spec: float | None = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if not math.isfinite(sample.value):
+                continue
+            if name == CUDA_GRAPH_PASSES:
+                mode = sample.labels.get("mode", "")
+                name = f"{name}:{mode}"
+            if name == SPEC_ACCEPT_LENGTH:
+                spec = max(spec or 0.0, sample.value)
+                continue
+            sums[name] = sums.get(name, 0.0) + sample.value
+
+    def value(key: str) -> float | None:
+        v = sums.get(key)
+        return v if v is not None and math.isfinite(v) else None  # a sum of huge values overflows
+
+    def as_int(key: str) -> int | None:
+        v = value(key)
+        return int(v) if v is not None and 0 <= v <= MAX_COUNT else None
+
+    return EngineMetrics(
+        running=as_int(NUM_RUNNING_REQS),
+        queued=as_int(NUM_QUEUE_REQS),
+        generation_tokens_total=value(GENERATION_TOKENS_TOTAL),
+        decode_graph_passes=value(f"{CUDA_GRAPH_PASSES}:{DECODE_GRAPH_MODE}"),
+        decode_eager_passes=value(f"{CUDA_GRAPH_PASSES}:{DECODE_EAGER_MODE}"),
+        spec_accept_length=spec,
+    )
+
+
+def parse_get_load(body: object) -> EngineLoad | None:
+    """Pure: SGLang's `/get_load` answer (a list with one entry per DP rank, or one object).
+
+    `num_reqs` counts running and waiting requests; `num_waiting_reqs` the waiting ones."""
+    entries = body if isinstance(body, list) else [body]
+    running = queued = 0
+    seen = False
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            return None
+        total = count_or_none(entry.get("num_reqs"))
+        waiting = count_or_none(entry.get("num_waiting_reqs"))
+        if total is None:
+            continue
+        seen = True
+        queued += waiting or 0
+        running += max(total - (waiting or 0), 0)
+    return EngineLoad(running, queued, "get_load") if seen else None
+
+

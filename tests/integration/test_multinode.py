@@ -66,7 +66,7 @@ def test_leader_ready_only_after_the_worker_nodes_captures(daemons, tmp_path) ->
                     lambda: any(n.startswith("STATUS=node 1: serving generation 1") for n in worker.notes))
     log = (tmp_path / "worker" / "engine.log").read_text()
     assert re.search(r"TP1\] Capture target \w+ CUDA graph end", log)
-    assert "Starting dummy health check server" in log
+    assert "Dummy health check server started in background thread at" in log  # 0.5.5+ wording
     assert "TP0]" not in log  # the worker node hosts only its own ranks
     assert "TP1]" not in (tmp_path / "leader" / "engine.log").read_text()
     worker.notified("WATCHDOG=1")  # the units' WatchdogSec= holds for worker nodes too

@@ -520,7 +520,8 @@ def test_idle_server_uses_little_cpu(sims: list[Sim], tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "extra"),
-    [("0.5.14", []), ("0.5.17", ["--tp-size", "2"]), ("0.5.23", ["--cuda-graph-backend-prefill", "disabled"]),
+    [("0.5.14", []), ("0.5.14", ["--tp-size", "2", "--speculative-algorithm", "NEXTN"]),
+     ("0.5.17", ["--tp-size", "2"]), ("0.5.23", ["--cuda-graph-backend-prefill", "disabled"]),
      ("0.5.23", ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3"])],
 )
 def test_the_ready_gate_is_settled_by_what_the_engine_logs(sims: list[Sim], tmp_path: Path, version: str,

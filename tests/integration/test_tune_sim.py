@@ -1,5 +1,6 @@
 """tune over the simulator: the ranking follows the simulator's throughput model, a failing
-profile is survived, and the winner is what `run` starts with next."""
+profile is survived, the winner is what `run` starts with next, and tune calls a start ready and
+failed exactly as the daemon does (its ready gate, its failure ranker)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sglang_supervisor.commands import tune
-from sglang_supervisor.core import failover
+from sglang_supervisor.core import failover, wayback
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
@@ -107,5 +109,69 @@ def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Pat
     store = state.StateStore(config.state_dir, config.name)
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == working
-    settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
+    # The plan `run` makes from that state (Supervisor._settings): the winner goes first, no
+    # probation for eager (ranked, slower) nor for broken (its failure here is remembered).
+    fs = store.fingerprint_state(fp)
+    assert set(fs.bad) == {"broken"}
+    plan = wayback.start_plan(config.profile_names, store.last_good(fp), ranking=store.ranking(fp),
+                              bad=fs.bad, now=time.time(), policy=wayback.Policy())
+    assert plan.probation is None
+    settings = policy_settings(config, last_good=plan.last_good, known_bad=plan.backoff,
+                               probation=plan.probation, retry_known_bad=False)
     assert failover.ladder_order(settings)[0] == report["winner"] == working[0]
+
+
+# The simulator behind a filter: drops the lines that contain $SIM_WRAP_DROP and writes
+# $SIM_WRAP_FIRST first, so that one profile's log lacks a line SGLang prints (or has one more).
+WRAPPER = """
+import os, signal, subprocess, sys
+drop = os.environ.get("SIM_WRAP_DROP", "").encode()
+first = os.environ.get("SIM_WRAP_FIRST", "")
+child = subprocess.Popen([sys.executable, "-m", "sglang_supervisor.simulator", *sys.argv[1:]],
+                         stderr=subprocess.PIPE)
+signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+if first:
+    sys.stderr.write(first + "\\n")
+    sys.stderr.flush()
+for raw in child.stderr:
+    if not (drop and drop in raw):
+        sys.stderr.buffer.write(raw)
+        sys.stderr.buffer.flush()
+sys.exit(child.wait())
+"""
+
+
+def test_tune_decides_ready_and_failure_as_the_daemon(tmp_path: Path) -> None:
+    """A profile whose prefill capture never ends (its end line never comes) but which prints the
+    ready line and serves is not working (the daemon's ready gate: capture_failed); a start whose
+    log has a CUDA error line and then SGLang's KV-cache OOM is a kv_cache_oom (the failure
+    ranker), not the first line's cuda_error."""
+    wrapper = tmp_path / "wrap.py"
+    wrapper.write_text(WRAPPER)
+    data = yaml.safe_load(write_config(tmp_path).read_text())
+    data["engine"]["command"] = ["{python}", str(wrapper)]
+    data["profiles"] = [
+        {"name": "no-prefill-end", "env": {"SIM_WRAP_DROP": "Capture target prefill CUDA graph end"}},
+        {"name": "kv-oom", "env": {
+            "SGLANG_SIM_FAULTS": "kv-oom",
+            "SIM_WRAP_FIRST": "[2026-12-01 10:00:00 TP1] RuntimeError: CUDA error: an illegal memory "
+                              "access was encountered"}},
+        {"name": "plain"},
+    ]
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "1", "--json"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    by_name = {r["profile"]: r for r in report["ranking"]}
+    assert report["winner"] == "plain"
+    assert [r["profile"] for r in report["ranking"] if r["decode_tps_p50"] is not None] == ["plain"]
+    missing = by_name["no-prefill-end"]
+    assert missing["started"] is False and missing["failure"] == "capture_failed", missing
+    assert "target prefill@main" in (missing["detail"] or ""), missing
+    oom = by_name["kv-oom"]
+    assert oom["started"] is False and oom["failure"] == "kv_cache_oom", oom
+    assert "mem-fraction-static" in (oom["detail"] or ""), oom

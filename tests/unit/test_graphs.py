@@ -33,6 +33,14 @@ def caps(args: list[str], version: str, tp: int) -> list[tuple[str, str, tuple[s
         (["--tp-size", "2"], "0.5.17", 2, [("target", "prefill", T2), ("target", "decode", T2)]),
         # 0.5.14: the default prefill backend is tc_piecewise (on), breakable only from 0.5.15
         ([], "0.5.14", 1, [("target", "prefill", ONE), ("target", "decode", ONE)]),
+        # 0.5.14 skips an EAGLE/NEXTN target's prefill graph unless it is breakable (#28386)
+        (NEXTN3, "0.5.14", 1, [("target", "verify", ONE), ("draft", "decode", ONE),
+                               ("draft", "extend", ONE)]),
+        ([*NEXTN3, "--enable-return-hidden-states"], "0.5.14", 1,
+         [("target", "prefill", ONE), ("target", "verify", ONE), ("draft", "decode", ONE),
+          ("draft", "extend", ONE)]),
+        (["--speculative-algorithm", "NGRAM"], "0.5.14", 1,
+         [("target", "prefill", ONE), ("target", "verify", ONE)]),
         # <=0.5.13: the piecewise graph is certain only when enforced (no line says it is off)
         ([], "0.5.13", 1, [("target", "legacy", ONE)]),
         (["--enforce-piecewise-cuda-graph"], "0.5.13", 1,

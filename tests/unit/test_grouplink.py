@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.group import GroupSettings, MemberFailed, Report, View, parse_view
@@ -57,9 +58,49 @@ def test_the_leader_expects_only_its_own_ranks_captures() -> None:
 def test_the_dummy_server_line_marks_the_node_up_only_as_a_log_line() -> None:
     p = _NodeParser(LogParser("0.5.23"))
     p.feed_line('[2026-12-01 10:00:00 TP1] prompt: "Starting dummy health check server at x:1"')
+    p.feed_line('[2026-12-01 10:00:00 TP1] prompt: "Dummy health check server started in background '
+                'thread at x:1"')
     assert not p.dummy_seen
-    p.feed_line("[2026-12-01 10:00:01] Starting dummy health check server at 0.0.0.0:30000")
+    p.feed_line("[2026-12-01 10:00:01] Dummy health check server started in background thread at "
+                "0.0.0.0:30000")
     assert p.dummy_seen
+
+
+# The worker launcher's line as each release logs it (sglang/srt/utils/common.py
+# launch_dummy_health_check_server of the released wheels; 0.5.12+ writes the address with
+# NetworkAddress.to_host_port_str, IPv6 in brackets).
+WORKER_READY_LINES = [
+    ("0.5.3", "Starting dummy health check server at 0.0.0.0:30000"),
+    ("0.5.3", "Dummy health check server scheduled on existing loop at 0.0.0.0:30000"),
+    ("0.5.4", "Starting dummy health check server at 0.0.0.0:30000"),
+    ("0.5.4", "Dummy health check server scheduled on existing loop at 0.0.0.0:30000"),
+    ("0.5.5", "Dummy health check server started in background thread at 0.0.0.0:30000"),
+    ("0.5.9", "Dummy health check server started in background thread at 10.0.0.2:30000"),
+    ("0.5.12", "Dummy health check server started in background thread at [::]:30000"),
+    ("0.5.13", "Dummy health check server started in background thread at 0.0.0.0:30000"),
+    ("0.5.14", "Dummy health check server started in background thread at 0.0.0.0:30000"),
+    ("0.5.17", "Dummy health check server started in background thread at 0.0.0.0:30000"),
+    ("0.5.23", "Dummy health check server started in background thread at [fd00::2]:30000"),
+]
+
+
+@pytest.mark.parametrize(("version", "message"), WORKER_READY_LINES,
+                         ids=[f"{v}-{m.split(' at ')[0][:40]}" for v, m in WORKER_READY_LINES])
+def test_every_releases_worker_ready_line_marks_the_node_up(version: str, message: str) -> None:
+    p = _NodeParser(LogParser(version))
+    p.feed_line(f"[2026-12-01 10:00:01] {message}")
+    assert p.dummy_seen
+
+
+@pytest.mark.parametrize("message", [
+    "Dummy health check server stopped at 0.0.0.0:30000",
+    "Dummy health check server failed to start: [Errno 98] Address already in use",
+])
+def test_the_dummy_server_gone_is_not_the_node_up(message: str) -> None:
+    """Logged when its thread ends (0.5.5+): the node is not serving."""
+    p = _NodeParser(LogParser("0.5.23"))
+    p.feed_line(f"[2026-12-01 10:00:01] {message}")
+    assert not p.dummy_seen
 
 
 def test_worker_progress_keeps_the_leaders_stall_timer_alive_once_per_change() -> None:

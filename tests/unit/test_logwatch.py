@@ -205,6 +205,16 @@ def test_dp_prefix_and_missing_timestamps() -> None:
     assert isinstance(events[1], ServerReady)
 
 
+def test_0_5_14_eagle_target_prefill_skip_settles_like_the_because_line() -> None:
+    """Real 0.5.14 model_runner.init_prefill_cuda_graph: an EAGLE target on tc_piecewise."""
+    events = parse_lines([
+        "[2026-05-01 12:00:00 TP1] Disable prefill CUDA graph for EAGLE target on tc_piecewise to "
+        "avoid FP4/MoE decode-replay corruption (#28386).",
+    ])
+    assert isinstance(events[0], PrefillGraphDisabled) and events[0].rank == "TP1"
+    assert events[0].reason.startswith("for EAGLE target on tc_piecewise")
+
+
 def test_joined_progress_frame_before_a_real_line() -> None:
     data = (b"\rCapturing batches (bs=16 avail_mem=1.00 GB):  10%|# | 1/6 [00:01<00:05]"
             b"[2026-05-01 12:00:00 TP0] Capture target decode CUDA graph end. elapsed=3.00 s, mem usage=0.1 GB\n")

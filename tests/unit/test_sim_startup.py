@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+from sglang_supervisor.engine.argv import parse_flags
+from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.simulator.args import active_faults, load_config
 from sglang_supervisor.simulator.logfmt import line, progress_frames, rank_prefix, uvicorn_line
 from sglang_supervisor.simulator.startup import Step, rank_script
@@ -194,3 +198,69 @@ def test_progress_frames_are_cr_separated_and_end_the_line() -> None:
     assert all(text.endswith("\r") for _, text in frames[:-1])
     assert frames[-1][1].endswith("100%|██████████| 2/2 [00:02<00:00,  1.00s/it]\n")
     assert sum(delay for delay, _ in frames) == 2.0
+
+
+def test_sbo_on_an_sm90_gpu_fails_at_scheduler_start_as_real_0517_does() -> None:
+    """Real 0.5.17 on an H200 refuses --enable-single-batch-overlap in the scheduler's constructor,
+    before any weight loads (tests/fixtures/sglang-0.5.17-h200-seed); the simulator told its GPU is
+    SM 9.0 does the same, and the supervisor's parser reads both as the same failure."""
+    from pathlib import Path
+
+    from sglang_supervisor.core.logwatch import parse_bytes, summarize
+
+    argv = [*NEXTN, "--enable-single-batch-overlap"]
+    steps = script(argv, env={"SGLANG_SIM_GPU_SM": "9.0"})
+    assert [s.kind for s in steps] == ["log", "sigquit"]
+    assert not captures(steps) and not any("Load weight" in t for t in logs(steps))
+    fixture = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200-seed"
+               / "tuned-sbo-then-no-prefill-graph.engine.log").read_text()
+    real_line = next(x for x in fixture.splitlines() if x.startswith("ValueError: SBO"))
+    assert real_line in logs(steps)[0].splitlines()
+    sim = summarize(parse_bytes(line(logs(steps)[0], 0.0, ms=False).encode(), "0.5.17")).failure
+    real = summarize(parse_bytes(fixture.split("Received sigquit")[0].encode(), "0.5.17")).failure
+    assert sim is not None and real is not None
+    assert sim["class"] == real["class"] and sim["message"] == real["message"]
+
+
+def test_sbo_starts_on_other_gpus_and_sm90_without_sbo_starts() -> None:
+    # The check is for compute capability 9.x only (the seed's RTX A6000 is SM 8.6).
+    for argv, env in (([*NEXTN, "--enable-single-batch-overlap"], {"SGLANG_SIM_GPU_SM": "8.6"}),
+                      ([*NEXTN, "--enable-single-batch-overlap"], {}),
+                      (NEXTN, {"SGLANG_SIM_GPU_SM": "9.0"})):
+        steps = script(argv, env=env)
+        assert "Capture target verify end" in captures(steps), (argv, env)
+        assert steps[-1].kind == "ready"
+
+
+PLAIN = ["--model-path", "Qwen/Qwen3-8B", "--port", "30000"]
+
+
+def _modern_versions() -> list[str]:
+    from sglang_supervisor.engine.sglang import PER_PHASE_GRAPHS, at_least, known_versions
+
+    return [v for v in known_versions() if at_least(v, PER_PHASE_GRAPHS)]
+
+
+@pytest.mark.parametrize("version", _modern_versions())
+def test_the_default_prefill_graph_is_the_one_engine_graphs_expects(version: str) -> None:
+    """Default flags: the simulator captures the target prefill graph with the backend that
+    engine/graphs (the READY gate's truth) says this release uses; 0.5.14's is tc_piecewise."""
+    verdict = graph_phases(parse_flags(PLAIN), version, None)[1]
+    steps = script(PLAIN, env={"SGLANG_SIM_VERSION": version})
+    begins = [t for t in logs(steps) if t.startswith("Capture target prefill CUDA graph begin.")]
+    assert verdict.on and len(begins) == 1
+    assert f"backend={verdict.backend}," in begins[0]
+    assert "Capture target prefill end" in captures(steps)
+
+
+def test_0_5_14_eagle_target_skips_its_tc_piecewise_prefill_graph_on_every_rank() -> None:
+    """Real 0.5.14 (model_runner.init_prefill_cuda_graph, #28386): an EAGLE/NEXTN target on
+    tc_piecewise logs why instead of capturing, on each rank; breakable captures."""
+    env = {"SGLANG_SIM_VERSION": "0.5.14"}
+    for rank in (0, 1):
+        steps = script(NEXTN, rank, env)
+        assert "Capture target prefill begin" not in captures(steps)
+        assert any(t.startswith("Disable prefill CUDA graph for EAGLE target on tc_piecewise")
+                   for t in logs(steps))
+    steps = script([*NEXTN, "--cuda-graph-backend-prefill", "breakable"], 0, env)
+    assert "Capture target prefill end" in captures(steps)

@@ -3,13 +3,16 @@ tests/integration/test_tune_sim.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import yaml
 
 from sglang_supervisor.commands import tune
 from sglang_supervisor.commands.tune import TuneResult, format_table, rank
-from sglang_supervisor.core import failover
+from sglang_supervisor.core import failover, wayback
+from sglang_supervisor.core.trial import TrialStart
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
@@ -75,8 +78,17 @@ def test_persist_makes_the_winner_run_first(tmp_path: Path) -> None:
     store = state.StateStore(config.state_dir, config.name)
     fp = tune.deployment_fingerprint(prepared)
     assert store.ranking(fp) == ["spec", "no-spec", "eager"]
-    # `run` builds its policy from the store the same way: the winner is tried first.
-    settings = policy_settings(config, last_good=store.last_good(fp), known_bad={}, retry_known_bad=False)
+    # What failed here is remembered like a failed start of `run`, with its class.
+    fs = store.fingerprint_state(fp)
+    assert {p: r.failure_class for p, r in fs.bad.items()} == {
+        "tuned": "capture_oom", "probe-broke": "probe_failed"}
+    # `run` plans its start from the store (Supervisor._settings): the winner first, no probation
+    # for tuned (failed here) nor for no-spec (served, slower).
+    plan = wayback.start_plan(config.profile_names, store.last_good(fp), ranking=store.ranking(fp),
+                              bad=fs.bad, now=time.time(), policy=wayback.Policy())
+    assert plan.last_good == "spec" and plan.probation is None
+    settings = policy_settings(config, last_good=plan.last_good, known_bad=plan.backoff,
+                               probation=plan.probation, retry_known_bad=False)
     assert failover.ladder_order(settings)[0] == "spec"
 
 
@@ -96,3 +108,53 @@ def test_nothing_persisted_when_nothing_served(tmp_path: Path) -> None:
     prepared = prepare(load_config(path), "0.5.23")
     assert tune.persist(prepared, [TuneResult("a", False, failure="hang")]) is None
     assert not list((tmp_path / "state").glob("*.json"))
+
+
+class _ExitedEngine:
+    """An engine that already exited with 1; tune stops what is left of it."""
+
+    returncode = 1
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    async def stop(self, drain_s: float, kill_s: float) -> None:
+        self.stopped = True
+
+
+def test_a_start_is_classified_by_the_ranker_after_the_engines_last_lines(tmp_path: Path) -> None:
+    """[cuda_error, kv_cache_oom] is a kv_cache_oom (core/failures), and the OOM line that comes
+    through the pipe after the exit was seen still counts: tune waits for the end of the log and
+    closes the open traceback block there (the daemon's pump does both)."""
+    data = {
+        "engine": {"command": ["x"], "version": "0.5.23", "model_path": "m",
+                   "log_file": str(tmp_path / "e.log")},
+        "profiles": [{"name": "a"}],
+        "state_dir": str(tmp_path / "state"),
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    config = load_config(path)
+    watch = tune._Watch("0.5.23", [], TrialStart(frozenset(), began=0.0))
+    engine = _ExitedEngine()
+
+    async def main() -> tuple[str, str | None] | None:
+        watch.feed(b"[2026-12-01 10:00:00] Load weight begin. avail mem=78.00 GB\n"
+                   b"[2026-12-01 10:00:01 TP1] RuntimeError: CUDA error: an illegal memory access "
+                   b"was encountered\n"
+                   b"[2026-12-01 10:00:01 TP0] Memory pool end. avail mem=10.00 GB\n")
+
+        async def last_lines() -> None:
+            await asyncio.sleep(0.05)  # after tune saw the exit
+            watch.feed(b"[2026-12-01 10:00:02 TP0] RuntimeError: Not enough memory. Please try to "
+                       b"increase --mem-fraction-static. Current value: mem_fraction_static=0.9\n")
+            watch.finish()  # EOF: the traceback block is classified now
+
+        pump = asyncio.create_task(last_lines())
+        return await tune._wait_ready(engine, watch, config, pump)  # type: ignore[arg-type]
+
+    failure = asyncio.run(main())
+    assert [f.failure.value for f in watch.trial.failures] == ["cuda_error", "kv_cache_oom"]
+    assert failure is not None and failure[0] == "kv_cache_oom"
+    assert "mem-fraction-static" in (failure[1] or "")
+    assert engine.stopped

@@ -95,6 +95,14 @@ def test_plan(last_good: str | None, bad: dict[str, Rec], expected: Plan) -> Non
     assert plan(LADDER, last_good, bad, NOW, POLICY) == expected
 
 
+def test_profiles_tune_measured_slower_get_no_probation() -> None:
+    # tune ranked no-prefill-graph first and tuned after it (served, slower): run starts the winner.
+    assert plan(LADDER, "no-prefill-graph", {}, NOW, POLICY, measured_slower=["tuned"]) == Plan(
+        "no-prefill-graph", None, {}, {})
+    # a better profile tune did not rank (it failed there, or was not tuned) still gets its probation
+    assert plan(LADDER, "low-mem", {}, NOW, POLICY, measured_slower=["tuned"]).probation == "no-prefill-graph"
+
+
 # ----------------------------------------------------------------- the lifecycle's probation
 
 def settings_from(p: Plan) -> Settings:

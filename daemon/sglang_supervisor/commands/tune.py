@@ -1,8 +1,13 @@
 """`sglang-supervisor tune`: start each profile, wait for ready, probe it, stop it, rank them.
 
+Ready and failed mean what they mean to the daemon (core/trial: its ready gate over every
+expected CUDA graph capture and the ready line, its deadlines, its failure ranker), so a profile
+tune ranks is one `run` accepts, and a failure is named as `run` would name it.
+
 The ranking (fastest working profile first) is persisted in the state directory under the same
 deployment fingerprint `run` computes, and the winner is marked last-known-good there, so the next
-`run` starts with it. Progress goes to stderr as it happens; the table (or JSON) to stdout.
+`run` starts with it (no probation for the profiles it beat; the ones that failed here are
+remembered as failed starts). Progress goes to stderr as it happens; the table (or JSON) to stdout.
 
 Exit status: 0 when at least one profile served, 69 when none did, 75 when the engine port is
 busy (a running engine), 78 for a configuration error.
@@ -25,16 +30,19 @@ from dataclasses import asdict, dataclass
 from sglang_supervisor.commands.doctor import port_busy, quiet_logging
 from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config, ConfigError
-from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, FailureClass, ServerReady
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
+from sglang_supervisor.core.readiness import capture_keys
+from sglang_supervisor.core.trial import Deadlines, Step, TrialStart
+from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
 from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.grouplink import local_capture_keys
 from sglang_supervisor.shell.probe import make_shape, probe_many
 from sglang_supervisor.shell.process import EngineProcess
-from sglang_supervisor.shell.supervisor import Prepared, ladder_hash, prepare
+from sglang_supervisor.shell.supervisor import Prepared, ladder_hash, policy_settings, prepare
 
 Progress = Callable[[str], None]
 
@@ -108,40 +116,39 @@ def _gpu_used() -> int | None:
 
 
 class _Watch:
-    """Reads the engine's output, parses it, and remembers what tune reports."""
+    """Reads the engine's output, parses it, and keeps the facts of the start (core/trial)."""
 
-    def __init__(self, version: str, secrets: Sequence[str]) -> None:
+    def __init__(self, version: str, secrets: Sequence[str], trial: TrialStart) -> None:
         self.splitter = LineSplitter()
         self.parser = LogParser(version, secrets)
-        self.last_output = time.monotonic()
-        self.ready = asyncio.Event()
-        self.capture_begin: float | None = None
-        self.capture_end: float | None = None
-        self.failure: EngineFailed | None = None
+        self.trial = trial
         self.tail: deque[str] = deque(maxlen=20)
 
     def feed(self, data: bytes) -> None:
-        self.last_output = time.monotonic()
-        for line in self.splitter.feed(data):
+        now = time.monotonic()
+        self.trial.output(now)
+        self._lines(self.splitter.feed(data), now)
+
+    def finish(self) -> None:
+        """End of the engine's log: its last partial line, and a traceback block still open
+        (the parser classifies a block once it ends), as the daemon's log pump does."""
+        now = time.monotonic()
+        self._lines(self.splitter.flush(), now)
+        for ev in self.parser.finish():
+            self.trial.feed(ev, now)
+
+    def _lines(self, lines: list[str], now: float) -> None:
+        for line in lines:
             self.tail.append(line)
             for ev in self.parser.feed_line(line):
-                now = time.monotonic()
-                if isinstance(ev, CaptureBegan) and self.capture_begin is None:
-                    self.capture_begin = now
-                elif isinstance(ev, CaptureEnded):
-                    self.capture_end = now
-                elif isinstance(ev, EngineFailed) and self.failure is None:
-                    self.failure = ev
-                elif isinstance(ev, ServerReady):
-                    self.ready.set()
-
+                self.trial.feed(ev, now)
 
     def touch(self, data: bytes) -> None:
         """Output on the engine's stdout (request records, access lines: user text, never parsed)."""
-        self.last_output = time.monotonic()
+        self.trial.output(time.monotonic())
 
 
-async def _drain(fd: int, feed: Callable[[bytes], None]) -> None:
+async def _drain(fd: int, feed: Callable[[bytes], None], eof: Callable[[], None] | None = None) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     pipe = os.fdopen(fd, "rb", buffering=0)  # the transport closes it
@@ -151,29 +158,48 @@ async def _drain(fd: int, feed: Callable[[bytes], None]) -> None:
     try:
         while chunk := await reader.read(65536):
             feed(chunk)
+        if eof is not None:
+            eof()
     finally:
         transport.close()
 
 
 async def _pump(proc: EngineProcess, watch: _Watch) -> None:
     """SGLang's own log (stderr) is parsed; its stdout is drained so that the engine never blocks."""
-    await asyncio.gather(_drain(proc.stderr_fd, watch.feed), _drain(proc.stdout_fd, watch.touch))
+    await asyncio.gather(_drain(proc.stderr_fd, watch.feed, watch.finish),
+                         _drain(proc.stdout_fd, watch.touch))
 
 
-async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config, began: float) -> str | None:
-    """None when ready, else why not (a FailureClass value)."""
-    while not watch.ready.is_set():
-        if watch.failure is not None:
-            return watch.failure.failure.value
-        rc = proc.returncode
-        if rc is not None:
-            return FailureClass.UNKNOWN_FLAG.value if rc == 2 else FailureClass.OTHER.value
-        now = time.monotonic()
-        if now - began > config.timeouts.start_s or now - watch.last_output > config.timeouts.stall_s:
-            return FailureClass.HANG.value
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(watch.ready.wait(), 0.1)
-    return None
+def deadlines(config: Config) -> Deadlines:
+    """The daemon's own: its start and stall timeouts, and its grace after a failure line."""
+    s = policy_settings(config, last_good=None, known_bad={}, retry_known_bad=False)
+    return Deadlines(start_s=s.start_s, stall_s=s.stall_s, grace_s=s.failure_grace_s)
+
+
+# How long the engine's last lines may take to arrive once its processes are gone (the daemon's
+# EOF_GRACE_S).
+LAST_LINES_S = 3.0
+
+
+async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config,
+                      pump: asyncio.Task[None]) -> tuple[str, str | None] | None:
+    """None when ready (the daemon's ready gate), else (the failure class the daemon would
+    decide, the line that says so). As the daemon, it classifies only after the engine's output
+    ended: its last lines (a traceback) often come after the exit is seen."""
+    limits = deadlines(config)
+    trial = watch.trial
+    while True:
+        decision = trial.decide(time.monotonic(), proc.returncode, limits)
+        if decision.step is Step.READY:
+            return None
+        if decision.step is not Step.WAIT:
+            break
+        await asyncio.sleep(0.1)
+    # A STOP ends the engine; after an EXIT its children may still hold the pipes.
+    await proc.stop(config.timeouts.drain_s, config.timeouts.kill_s)
+    await asyncio.wait({pump}, timeout=LAST_LINES_S)
+    failure, detail = trial.failure(proc.returncode, decision)
+    return failure.value, detail
 
 
 async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress) -> TuneResult:
@@ -181,8 +207,12 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
     rc = prepared.renders[name]
     if rc.secret_config is not None:
         write_secret_config(rc.argv[rc.argv.index("--config") + 1], rc.secret_config)
-    watch = _Watch(prepared.version, [prepared.api_key] if prepared.api_key else [])
+    expected = capture_keys(rc.argv, prepared.version)
+    if config.group is not None:  # as the daemon: the leader's log holds only its own ranks
+        expected = local_capture_keys(expected, config.group, tp_size(rc.argv))
     began = time.monotonic()
+    trial = TrialStart(expected, began)
+    watch = _Watch(prepared.version, [prepared.api_key] if prepared.api_key else [], trial)
     progress(f"{name}: starting")
     proc = EngineProcess.spawn(rc.argv, engine_env(os.environ, rc.env))
     pump = asyncio.create_task(_pump(proc, watch))
@@ -198,15 +228,16 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
 
     sampler = asyncio.create_task(sample_gpu())
     try:
-        why = await _wait_ready(proc, watch, config, began)
+        failed = await _wait_ready(proc, watch, config, pump)
         startup = time.monotonic() - began
         capture = (
-            watch.capture_end - watch.capture_begin
-            if watch.capture_begin is not None and watch.capture_end is not None
+            trial.capture_end - trial.capture_begin
+            if trial.capture_begin is not None and trial.capture_end is not None
             else None
         )
-        if why is not None:
-            detail = watch.failure.message if watch.failure else (watch.tail[-1] if watch.tail else None)
+        if failed is not None:
+            why, detail = failed
+            detail = detail or (watch.tail[-1] if watch.tail else None)
             progress(f"{name}: FAILED ({why}) after {startup:.1f} s")
             return TuneResult(name, False, None, capture, failure=why, detail=detail, peak_gpu_bytes=peak)
         progress(
@@ -264,7 +295,8 @@ def deployment_fingerprint(prepared: Prepared) -> str:
 
 
 def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
-    """Store the ranking; the winner becomes last-known-good. Returns the winner."""
+    """Store the ranking; the winner becomes last-known-good, and a profile that failed here is
+    remembered as a failed start (so `run` does not try it first on probation). Returns the winner."""
     working = [r.profile for r in ranked if r.decode_tps_p50 is not None]
     if not working:
         return None
@@ -273,6 +305,9 @@ def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
     now = time.time()
     store.set_ranking(fp, working, now)
     store.mark_good(fp, working[0], now)
+    for r in ranked:
+        if r.decode_tps_p50 is None and r.failure is not None:
+            store.mark_bad(fp, r.profile, r.failure, now)
     return working[0]
 
 

@@ -8,15 +8,22 @@ attempt); these functions decide, and tests/unit/test_decide_ready.py holds thei
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from enum import Enum
 
-from sglang_supervisor.engine.graphs import settled_by_prefill_off
+from sglang_supervisor.engine.argv import tp_size
+from sglang_supervisor.engine.graphs import expected_captures, settled_by_prefill_off
 
 # (owner, phase, rank): one capture that must end before READY. rank None = unprefixed lines (tp=1).
 CaptureKey = tuple[str, str, str | None]
 
+
+def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:
+    """Every capture a start of `argv` on `version` must log before READY, one key per rank
+    (engine/graphs.expected_captures, flattened)."""
+    return frozenset((cap.owner, cap.phase, rank)
+                     for cap in expected_captures(argv, version, tp_size(argv)) for rank in cap.ranks)
 
 
 class Gate(Enum):

@@ -17,7 +17,9 @@ The policy (docs/OPERATIONS.md, "The way back"):
    last good one, the attempt is a *probation*: if it fails before READY the next attempt is the
    last good profile at once (not the ladder in between, not `remediation`), and its record's
    count grows, so the next probation waits twice as long. If it reaches READY it becomes the last
-   good profile and its record is cleared.
+   good profile and its record is cleared. A profile that `tune` measured serving but slower
+   than the last good one (the ranking's tail) gets no probation: the way back is for profiles
+   that failed, and starting a slower one would undo tune's choice.
 4. Otherwise the last good profile goes first, then the ladder in order, skipping profiles in
    back-off (when every profile is in back-off none is skipped: refusing to start helps nobody).
 
@@ -27,7 +29,7 @@ period; the back-off doubles up to its cap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -93,8 +95,9 @@ def in_backoff(record: Record, now: float, policy: Policy) -> bool:
 
 
 def plan(ladder: Sequence[str], last_good: str | None, bad: Mapping[str, Record], now: float,
-         policy: Policy) -> Plan:
-    """The start's plan for this ladder and these remembered failures (see the module's policy)."""
+         policy: Policy, *, measured_slower: Collection[str] = ()) -> Plan:
+    """The start's plan for this ladder and these remembered failures (see the module's policy).
+    `measured_slower`: profiles tune ranked below last_good (served, slower): never a probation."""
     waiting = {p: r for p, r in bad.items() if p in ladder and in_backoff(r, now, policy)}
     backoff = {p: r.failure_class for p, r in waiting.items()}
     retry_at = {p: r.at + backoff_s(r.failure_class, r.count, policy) for p, r in waiting.items()}
@@ -103,5 +106,17 @@ def plan(ladder: Sequence[str], last_good: str | None, bad: Mapping[str, Record]
     probation = None
     if last_good is not None:
         better = ladder[:ladder.index(last_good)]
-        probation = next((p for p in better if p not in waiting), None)
+        probation = next((p for p in better if p not in waiting and p not in measured_slower), None)
     return Plan(last_good, probation, backoff, retry_at)
+
+
+def start_plan(ladder: Sequence[str], last_good: str | None, *, ranking: Sequence[str] | None,
+               bad: Mapping[str, Record], now: float, policy: Policy) -> Plan:
+    """What `run` starts with, from the remembered state: the last good profile, else `tune`'s
+    winner (the ranking's head); the profiles tune ranked after it served slower, so they get no
+    probation; the ones that failed in tune are in `bad` like any failed start."""
+    ranked = list(ranking or ())
+    if last_good is None and ranked:
+        last_good = ranked[0]
+    slower = ranked[ranked.index(last_good) + 1:] if last_good in ranked else []
+    return plan(ladder, last_good, bad, now, policy, measured_slower=slower)

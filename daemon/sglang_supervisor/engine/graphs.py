@@ -45,6 +45,7 @@ from sglang_supervisor.engine.sglang import (
 PREFILL_GRAPH_DEFAULT_BREAKABLE = "0.5.15"  # breakable became the CUDA default (tc_piecewise before)
 _A2A_BREAKABLE_OK = frozenset({"none", "deepep", "megamoe", "flashinfer"})
 _SPEC_WITHOUT_DRAFT_MODEL = frozenset({"NGRAM"})
+_EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN"})  # SpeculativeAlgorithm.is_eagle(); NEXTN -> EAGLE
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,10 @@ def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdic
         soft.append("LoRA: the capture step turns the prefill graph off for unsupported LoRA setups")
     breakable_default = at_least(version, PREFILL_GRAPH_DEFAULT_BREAKABLE)
     default = "breakable" if breakable_default else "tc_piecewise"
+    eagle = _eagle_target_skip(flags, version, explicit or default)
+    if eagle:
+        return PhaseVerdict("prefill", False, None, (eagle,),
+                            "--cuda-graph-backend-prefill breakable (or --enable-return-hidden-states)")
     notes: list[str] = []
     if breakable_default and model is not None and model.sglang_multimodal and model.mm_breakable_graph_ok:
         notes.append(
@@ -198,6 +203,19 @@ def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdic
             "these auto-disable rules; test it: SGLang disabled it for a reason)",
         )
     return PhaseVerdict("prefill", True, default, (*notes, *soft), certain=not soft)
+
+
+def _eagle_target_skip(flags: Flags, version: str, backend: str) -> str | None:
+    """0.5.14's model_runner.init_prefill_cuda_graph skips the EAGLE target's prefill graph on
+    any backend but breakable (its tc_piecewise graph would be dead and corrupt decode replay,
+    SGLang #28386) and logs `Disable prefill CUDA graph for EAGLE target ...` on every rank.
+    NEXTN resolves to EAGLE. Gone in 0.5.17; 0.5.15 and 0.5.16 are taken to be as 0.5.17."""
+    algo = (flags.get("--speculative-algorithm") or "").upper()
+    if (at_least(version, PREFILL_GRAPH_DEFAULT_BREAKABLE) or backend == "breakable"
+            or algo not in _EAGLE_FAMILY or flags.on("--enable-return-hidden-states")):
+        return None
+    return (f"--speculative-algorithm {algo} on the {backend} prefill backend: 0.5.14 skips the "
+            "target's prefill graph (SGLang #28386)")
 
 
 def _breakable_off_rules(flags: Flags, model: ModelInfo | None) -> list[str]:

@@ -63,8 +63,9 @@ LEGACY_KINDS = {
 }
 PREFILL_DISABLED_KEY = "prefill CUDA graph"
 PREFILL_DISABLED_LINE = "Disable prefill CUDA graph because"  # every rank, from 0.5.14 (engine/graphs)
+# `... because REASON`, and 0.5.14's `... for EAGLE target on tc_piecewise ...` (engine/graphs).
 PREFILL_DISABLED = re.compile(
-    "(?:" + PREFILL_DISABLED_LINE + r" (?P<reason>.*)"
+    r"(?:Disable prefill CUDA graph (?:because |(?=for EAGLE target ))(?P<reason>.*)"
     r"|Breakable CUDA graph is incompatible with (?P<incompat>.*?); disabling prefill CUDA graph)"
 )
 # tqdm frames redrawn with \r while loading and capturing.
@@ -275,9 +276,14 @@ REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
 SECRET_ARG_KEYS = ("api_key", "secret", "password", "hf_token")
 
 # -- multi-node worker (--nnodes > 1, --node-rank > 0) -------------------------------------------
-# SGLang's worker launcher logs this once all its schedulers are ready (after their captures).
+# SGLang's worker launcher logs this once all its schedulers are ready (after their captures),
+# as `launch_dummy_health_check_server` starts: up to 0.5.4 `Starting dummy health check server
+# at H:P` (`Dummy health check server scheduled on existing loop at H:P` inside a running loop),
+# 0.5.5 and later (0.5.13, 0.5.17, 0.5.23 checked) `Dummy health check server started in
+# background thread at H:P`. Not `... stopped at` nor `... failed to start`: the server is gone.
 WORKER_READY = re.compile(r"^\[[^\]]*\] (?:Starting dummy health check server|"
-                          r"Dummy health check server scheduled on existing loop) at ")
+                          r"Dummy health check server (?:scheduled on existing loop|"
+                          r"started in background thread)) at ")
 # The scheduler processes retitle themselves `sglang::scheduler_TP<n>`; a comm name is cut to 15
 # bytes (`sglang::schedul`), so match on a prefix.
 SCHEDULER_COMM_PREFIX = "sglang::sched"

@@ -73,7 +73,7 @@ from sglang_supervisor.core.group import (
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.profiles import default_secret_config_path
-from sglang_supervisor.core.readiness import CaptureKey
+from sglang_supervisor.core.readiness import CaptureKey, without_prefill
 from sglang_supervisor.engine import patterns as P
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
@@ -342,8 +342,7 @@ class WorkerNode:
             elif isinstance(ev, PrefillGraphDisabled):
                 # As the leader's lifecycle does: the engine decided against prefill graphs on
                 # that rank (or on every rank, unprefixed): do not wait for them.
-                eng.expected = frozenset(k for k in eng.expected if not (
-                    k[1] in ("prefill", "piecewise") and (ev.rank is None or k[2] == ev.rank)))
+                eng.expected = frozenset(without_prefill(eng.expected, ev.rank))
             elif isinstance(ev, EngineFailed):
                 eng.failures.append(ev)
 

@@ -158,11 +158,12 @@ class Supervisor:
         now = time.time()
         fs = self.store.fingerprint_state(self.fp)
         last_good = fs.last_good.profile if fs.last_good is not None else None
-        if last_good is None and fs.ranking is not None and fs.ranking.profiles:
-            last_good = fs.ranking.profiles[0]  # `tune`'s winner
         r = self.config.restart
-        plan = wayback.plan(self.config.profile_names, last_good, fs.bad, now,
-                            wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
+        # Falls back to `tune`'s winner; no probation for what tune measured serving slower.
+        plan = wayback.start_plan(self.config.profile_names, last_good,
+                                  ranking=fs.ranking.profiles if fs.ranking is not None else None,
+                                  bad=fs.bad, now=now,
+                                  policy=wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
         self.below_best_since = fs.below_best_since
         return policy_settings(
             self.config, last_good=plan.last_good, known_bad=plan.backoff,

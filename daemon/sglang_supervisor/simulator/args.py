@@ -65,6 +65,7 @@ class SimOptions:
     gpu_gb: float
     time_scale: float
     entrypoint: str
+    gpu_sm: float | None = None  # compute capability (9.0: H100/H200); None: no arch-specific refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,14 @@ def sim_parser() -> argparse.ArgumentParser:
         help="memory per simulated GPU in GB (default $SGLANG_SIM_GPU_GB or 95)",
     )
     g.add_argument(
+        "--sim-gpu-sm",
+        type=float,
+        default=None,
+        help="compute capability of the simulated GPU, e.g. 9.0 for H100/H200 (default "
+        "$SGLANG_SIM_GPU_SM or unset: no architecture-specific refusals). On 9.x "
+        "--enable-single-batch-overlap fails at scheduler start as real 0.5.17 does",
+    )
+    g.add_argument(
         "--sim-time-scale",
         type=float,
         default=None,
@@ -227,11 +236,13 @@ def parse_sim_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SimO
     scale = ns.sim_time_scale if ns.sim_time_scale is not None else _env_float(env, "SGLANG_SIM_TIME_SCALE")
     tps = ns.sim_decode_tps if ns.sim_decode_tps is not None else _env_float(env, "SGLANG_SIM_DECODE_TPS")
     gpu = ns.sim_gpu_gb if ns.sim_gpu_gb is not None else _env_float(env, "SGLANG_SIM_GPU_GB")
+    sm = ns.sim_gpu_sm if ns.sim_gpu_sm is not None else _env_float(env, "SGLANG_SIM_GPU_SM")
     for name, val in (
         ("--sim-time-scale", scale),
         ("--sim-decode-tps", tps),
         ("--sim-model-gb", ns.sim_model_gb),
         ("--sim-gpu-gb", gpu),
+        ("--sim-gpu-sm", sm),
     ):
         if val is not None and (not math.isfinite(val) or val <= 0):
             raise SimArgsError(f"{name} must be a positive number, got {val}")
@@ -243,6 +254,7 @@ def parse_sim_options(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SimO
         gpu_gb=gpu or 95.0,
         time_scale=scale or 1.0,
         entrypoint=ns.sim_entrypoint,
+        gpu_sm=sm,
     )
     return opts, rest
 

@@ -340,7 +340,11 @@ class Launcher:
         whatever the ranks do (a dead rank is seen only by its process being gone)."""
         cfg = self.cfg
         loop = asyncio.get_running_loop()
-        self.log.main(f"Starting dummy health check server at {cfg.host}:{cfg.port}")
+        # The wording of every release the simulator emulates (0.5.5 and later; 0.5.4 and before said
+        # `Starting dummy health check server at`), logged as the server's thread starts; the
+        # address as SGLang's NetworkAddress.to_host_port_str writes it (IPv6 in brackets).
+        host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+        self.log.main(f"Dummy health check server started in background thread at {host}:{cfg.port}")
         config = uvicorn.Config(multinode.dummy_health_app(), host=cfg.host, port=cfg.port,
                                 log_config=None, log_level="warning", timeout_keep_alive=5,
                                 loop="asyncio")

@@ -87,6 +87,12 @@ OOM_TEXT = (
 )
 # Real 0.5.17's reason for the hybrid (Qwen3.5/3.6) MTP draft's prefill graph.
 DRAFT_PREFILL_OFF_HYBRID = "some layers do not apply Standard GQA"
+# Real 0.5.14 (model_runner.init_prefill_cuda_graph), on every rank; NEXTN resolves to EAGLE.
+EAGLE_TARGET_PREFILL_OFF = (
+    "Disable prefill CUDA graph for EAGLE target on tc_piecewise to avoid FP4/MoE decode-replay "
+    "corruption (#28386)."
+)
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN")
 CAPTURE_ERROR_TEXT = (
     "CUDA error: operation not permitted when stream is capturing\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
@@ -194,6 +200,40 @@ def _traceback(cfg: SimConfig, rank: int, inner: str, outer: str | None) -> list
             'decode_cuda_graph_runner.py", line 417, in __init__\n    raise Exception(\n'
             f"{outer}\n"
         )
+    return [_log(body), Step("sigquit")]
+
+
+# Real 0.5.17 on an H200 (tests/fixtures/sglang-0.5.17-h200-seed/tuned-sbo-then-no-prefill-graph.
+# engine.log): initialize_moe_config refuses single batch overlap on any SM90 GPU, for every model,
+# in the scheduler's constructor, before any weight loads.
+SBO_SM90_ERROR = (
+    "ValueError: SBO (single batch overlap) is not supported on SM90 GPUs with latest "
+    "sgl-deep-gemm wheel. Please try removing --enable-single-batch-overlap argument."
+)
+
+
+def refused_on_this_gpu(cfg: SimConfig) -> str | None:
+    """The exception line real SGLang raises at scheduler start for a flag this GPU cannot run."""
+    sm = cfg.sim.gpu_sm
+    if sm is not None and int(sm) == 9 and cfg.server_args.get("enable_single_batch_overlap"):
+        return SBO_SM90_ERROR
+    return None
+
+
+def _scheduler_init_traceback(inner: str) -> list[Step]:
+    """`Scheduler hit an exception` raised from Scheduler.__init__ (the frames of the fixture)."""
+    body = (
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 4931, '
+        "in run_scheduler_process\n    scheduler = Scheduler(\n                ^^^^^^^^^^\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 488, '
+        "in __init__\n    self.init_moe_gemm_config()\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 873, '
+        "in init_moe_gemm_config\n    initialize_moe_config(self.server_args)\n"
+        '  File "/usr/lib/python3/site-packages/sglang/srt/layers/moe/utils.py", line 318, '
+        "in initialize_moe_config\n    raise ValueError(\n"
+        f"{inner}\n"
+    )
     return [_log(body), Step("sigquit")]
 
 
@@ -387,6 +427,10 @@ def capture_timings(cfg: SimConfig) -> dict[str, float]:
 def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[Step]:
     """The whole startup of TP rank `rank`, ending in `ready` (or a failure)."""
     p = _Phases(cfg, rank, faults)
+    refused = refused_on_this_gpu(cfg)
+    if refused is not None:
+        p.stop(*_scheduler_init_traceback(refused))
+        return p.steps
     mem = p.mem
     t = capture_timings(cfg)
     legacy = cfg.spec.capture_style == "legacy"
@@ -420,11 +464,16 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
             "by explicitly setting --max-running-requests."
         )
     prefill_on = cfg.prefill_backend != "disabled"
+    eagle_skip = (prefill_on and cfg.spec.eagle_target_prefill_skip and cfg.prefill_backend != "breakable"
+                  and cfg.spec_algorithm in EAGLE_FAMILY
+                  and not cfg.server_args.get("enable_return_hidden_states"))
     prefill_desc = [
         f"{cfg.spec.prefill_progress} (num_tokens={n} avail_mem={p.avail:.2f} GB)"
         for n in reversed(PREFILL_NUM_TOKENS)
     ]
-    if prefill_on:
+    if eagle_skip:
+        p.log(EAGLE_TARGET_PREFILL_OFF)
+    elif prefill_on:
         header = (
             f"Capture piecewise CUDA graph begin. avail mem={p.avail:.2f} GB"
             if legacy

@@ -70,6 +70,9 @@ class VersionSpec:
     prefill_hint: str
     decode_hint: str
     startup_timings_line: bool
+    # 0.5.14: an EAGLE-family target on a prefill backend other than breakable logs why it has no
+    # prefill graph instead of capturing one (model_runner.init_prefill_cuda_graph, #28386)
+    eagle_target_prefill_skip: bool
 
 
 def _at_least(version: str, floor: str) -> bool:
@@ -88,13 +91,16 @@ def _build(version: str) -> VersionSpec:
         weight_progress="Multi-thread loading shards"
         if modern and not newer
         else "Loading safetensors checkpoint shards",
-        prefill_default="breakable" if _at_least(version, "0.5.15") else "disabled",
+        # 0.5.14's default is the torch.compile piecewise graph (engine/graphs); <=0.5.13 has no
+        # per-phase backend (capture_style "legacy" decides there)
+        prefill_default="breakable" if _at_least(version, "0.5.15") else "tc_piecewise",
         has_ready_route=newer,
         clean_exit_code=0 if _at_least(version, "0.5.19") else -9,
         kv_oom_style="value_error" if _at_least(version, "0.5.17") and not newer else "runtime_error",
         prefill_hint=PREFILL_FAIL_HINT if _at_least(version, "0.5.22") else PREFILL_FAIL_HINT_TC,
         decode_hint=DECODE_FAIL_HINT if modern else LEGACY_DECODE_FAIL_HINT,
         startup_timings_line=_at_least(version, "0.5.17"),
+        eagle_target_prefill_skip=modern and not _at_least(version, "0.5.15"),
     )
 
 

@@ -1469,6 +1469,9 @@ class E2E:
             leader, worker = runs
             deadline = time.time() + min(self.left(), 600)
             ready = leader.wait(lambda: bool(leader.notify.times("READY=1")), deadline)
+            # The log line comes through the supervisor's log writer thread: it may reach us some
+            # ms after the READY=1 datagram (measured up to ~30 ms under load), so wait for it.
+            leader.wait(lambda: bool(leader.named("supervisor.ready")), time.time() + 10)
             members = leader.named("group.members_ready")
             sup_ready = leader.named("supervisor.ready")
             checks = [check("leader READY=1", bool(ready)),

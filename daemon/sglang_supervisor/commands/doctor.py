@@ -29,7 +29,7 @@ from sglang_supervisor.core import audit, profiles, unitview
 from sglang_supervisor.core.address import parse_address
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.core.childenv import engine_env
-from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, load_config
+from sglang_supervisor.core.config import Config, ConfigError, effective_overlay
 from sglang_supervisor.engine.api import (
     METRICS_ROUTE,
     MODEL_INFO_ROUTE,
@@ -41,6 +41,7 @@ from sglang_supervisor.engine.detect import detect_engine_version, engine_interp
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.engine.sglang import ENCODER_BOOTSTRAP_PORT_DEFAULT, flag_catalog, known_versions
 from sglang_supervisor.shell import gpu, ports
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 
 ARGCHECK_SCRIPT = Path(__file__).resolve().parent.parent / "engine" / "argcheck.py"
@@ -353,7 +354,8 @@ def _engine_findings(
     # Profiles by the environment their engine gets: the parser runs once per distinct one.
     by_env: dict[tuple[tuple[str, str], ...], list[ProfileView]] = {}
     for p in config.profiles:
-        rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED)
+        rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED,
+                             secret_config_path=profiles.default_secret_config_path(config, os.environ))
         _, written_env = effective_overlay(config, p.name)
         sglang_args = tuple(rc.argv[base_len:])
         view = ProfileView(p.name, sglang_args, written_env, tuple(_written_args(config, p.name)))

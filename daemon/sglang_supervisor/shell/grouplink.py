@@ -12,12 +12,17 @@ Worker (node R > 0): `WorkerNode` runs instead of the Supervisor. It never reads
 `/health` (SGLang's dummy server answers 200 whatever the ranks do): its engine is serving when the
 launcher printed the dummy server line after every local capture ended, and failed when the
 launcher exits or one of its scheduler processes is gone.
+
+Size (~500 lines): both ends of one wire protocol (its bounds and parsing) live in one file.
+`WorkerNode.run` (~70 lines) is the worker's one polling loop, start to exit: the decision is
+`group.worker_decide`'s, and the loop reads best as one sequence (watchdog, exchange, act, report).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import socket
@@ -291,7 +296,7 @@ class WorkerNode:
         loop = asyncio.get_running_loop()
         if rc.secret_config:  # the command names the 0600 --config file holding the API key
             try:
-                write_secret_config(default_secret_config_path(self.config), rc.secret_config)
+                write_secret_config(default_secret_config_path(self.config, os.environ), rc.secret_config)
             except OSError as exc:
                 log.error("group.secret_config", error=exc.strerror or str(exc))
                 return
@@ -448,7 +453,7 @@ class WorkerNode:
                 self.notifier.stopping("stopping")
                 await self._stop_engine("supervisor stopping")
                 with contextlib.suppress(OSError):
-                    remove_secret_config(default_secret_config_path(self.config))
+                    remove_secret_config(default_secret_config_path(self.config, os.environ))
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
         return code

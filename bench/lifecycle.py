@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from common import Dist, Row, Section, fmt_dist
 
-from sglang_supervisor.core.config import default_demo_config_path
+from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.process import group_members
 
 HERE = Path(__file__).resolve().parent

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_supervisor.core.config import default_demo_config_path
+from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.process import group_members
 
 TIME_SCALE = "0.02"

@@ -748,13 +748,15 @@ class E2E:
     def hand_launch(self, cfg: dict[str, Any], pipe: bool = False, profile: str = "graphs",
                     log_name: str | None = None, runs: int | None = None) -> dict[str, Any]:
         """The same argv and environment the supervisor renders, started by hand."""
-        from sglang_supervisor.core.config import parse_config
-        from sglang_supervisor.core.profiles import render
+        from sglang_supervisor.core.profiles import default_secret_config_path, render
+        from sglang_supervisor.shell.apikey import read_api_key
+        from sglang_supervisor.shell.configfile import parse_checked
         cfg = json.loads(json.dumps(cfg))
         port = free_port()
         cfg["engine"]["port"] = port
-        config = parse_config(yaml.safe_dump(cfg), "hand.yaml")
-        rc = render(config, profile, SGLANG_VERSION, python=self.o.python)
+        config = parse_checked(yaml.safe_dump(cfg), "hand.yaml")
+        rc = render(config, profile, SGLANG_VERSION, python=self.o.python, api_key=read_api_key(config.engine),
+                    secret_config_path=default_secret_config_path(config, os.environ))
         env = dict(os.environ, **rc.env)
         env.pop("NOTIFY_SOCKET", None)
         log_path = self.work / (log_name or ("hand-pipe-engine.log" if pipe else "hand-engine.log"))
@@ -1000,10 +1002,12 @@ class E2E:
                                     port=free_port(), metrics_port=free_port(), workdir=work, sim_env=sim_env,
                                     drop=self.seed_drop())
         numbers: dict[str, Any] = {"model_made": made, "adaptations": seedshape.adaptations(cfg)}
-        from sglang_supervisor.core.config import parse_config
-        from sglang_supervisor.core.profiles import render
-        parsed = parse_config(yaml.safe_dump(cfg), "seed.yaml")
-        numbers["rendered"] = {p.name: render(parsed, p.name, SGLANG_VERSION, python=self.o.engine_python).argv[3:]
+        from sglang_supervisor.core.profiles import REDACTED, default_secret_config_path, render
+        from sglang_supervisor.shell.configfile import parse_checked
+        parsed = parse_checked(yaml.safe_dump(cfg), "seed.yaml")
+        secret_path = default_secret_config_path(parsed, os.environ)
+        numbers["rendered"] = {p.name: render(parsed, p.name, SGLANG_VERSION, python=self.o.engine_python,
+                                              api_key=REDACTED, secret_config_path=secret_path).argv[3:]
                                for p in parsed.profiles}
         sup = SupervisorRun(self.o.python, cfg, work, "seed")
         checks: list[dict[str, Any]] = []
@@ -1465,6 +1469,9 @@ class E2E:
             leader, worker = runs
             deadline = time.time() + min(self.left(), 600)
             ready = leader.wait(lambda: bool(leader.notify.times("READY=1")), deadline)
+            # The log line comes through the supervisor's log writer thread: it may reach us some
+            # ms after the READY=1 datagram (measured up to ~30 ms under load), so wait for it.
+            leader.wait(lambda: bool(leader.named("supervisor.ready")), time.time() + 10)
             members = leader.named("group.members_ready")
             sup_ready = leader.named("supervisor.ready")
             checks = [check("leader READY=1", bool(ready)),

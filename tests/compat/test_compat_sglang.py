@@ -10,9 +10,9 @@ import pytest
 
 from sglang_supervisor.commands.doctor import run_argcheck
 from sglang_supervisor.core import profiles
-from sglang_supervisor.core.config import load_config
 from sglang_supervisor.engine import sglang as engine
 from sglang_supervisor.engine.detect import is_simulator
+from sglang_supervisor.shell.configfile import load_config
 
 pytestmark = pytest.mark.compat
 
@@ -35,7 +35,8 @@ def rendered_engine_args(version: str) -> dict[str, list[str]]:
         if is_simulator(config):
             continue  # the demo config starts the simulator, whose extra flags SGLang does not have
         base = len(profiles.base_command(config, "python"))
-        for rc in profiles.render_all(config, version, api_key=profiles.REDACTED):
+        for rc in profiles.render_all(config, version, api_key=profiles.REDACTED,
+                                          secret_config_path="/run/x/engine-secrets.yaml"):
             assert not rc.errors, (path.name, rc.profile, rc.errors)
             out[f"{path.name}:{rc.profile}"] = rc.argv[base:]
     assert out, "no SGLang profile found in etc/"

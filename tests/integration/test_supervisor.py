@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sglang_supervisor.shell.process import group_members
 from supervised import (
@@ -178,6 +179,49 @@ def test_sighup_unchanged_changed_and_broken(daemons, workdir) -> None:
     d.notified("READY=1", count=4)  # start, unchanged reload, failed reload, changed reload
     assert d.event("supervisor.ready", attempt=2)["profile"] == "tuned"
     assert group_members(first_pid) == []
+    stop_cleanly(d)
+
+
+def test_quick_sighups_are_handled_one_at_a_time_and_the_last_file_wins(daemons, workdir) -> None:
+    """Three SIGHUPs back to back, each after a new file: the lifecycle loop takes them from its
+    inbox one at a time (a reload ends before the next begins), every SIGHUP is answered, and what
+    runs at the end is the last file."""
+    data = base_config(workdir)
+    d = start(daemons, workdir, data)
+    d.notified("READY=1")
+    engine = d.engine_pids()
+    n = len(d.events)
+    for interval in (2, 3, 4):
+        changed = copy.deepcopy(data)
+        changed["timeouts"]["health_interval_s"] = interval
+        tmp = d.config_path.with_suffix(".tmp")  # whole files only: a reload never reads half of one
+        tmp.write_text(yaml.safe_dump(changed, sort_keys=False))
+        tmp.replace(d.config_path)
+        d.proc.send_signal(signal.SIGHUP)
+
+    def reload_records() -> list[dict]:
+        return [e for e in d.events[n:] if e.get("event") in (
+            "supervisor.reload_begin", "supervisor.reload_end")]
+
+    def answered() -> bool:
+        records = reload_records()
+        begun = [e for e in records if e["event"] == "supervisor.reload_begin"]
+        ended = [e for e in records if e["event"] == "supervisor.reload_end"]
+        return sum(e["requests"] for e in begun) == 3 and len(ended) == len(begun)
+
+    d.wait_for("every SIGHUP answered by a reload that ended", answered)
+    records = reload_records()
+    # begin 1, end 1, begin 2, end 2, ...: never two reloads at once, in the order they began
+    assert [(e["event"].rsplit("_", 1)[1], e["seq"]) for e in records] == [
+        (step, seq) for seq in range(1, len(records) // 2 + 1) for step in ("begin", "end")]
+    assert all(e["result"] == "applied" for e in records if e["event"] == "supervisor.reload_end")
+    assert records[-1]["changed"] == ["timeouts.health_interval_s"]
+    # what runs is the last file: reloading it once more changes nothing
+    n = len(d.events)
+    d.proc.send_signal(signal.SIGHUP)
+    again = d.event("supervisor.reload_end", after=n)
+    assert again["result"] == "applied" and again["changed"] == []
+    assert d.engine_pids() == engine and d.proc.poll() is None
     stop_cleanly(d)
 
 

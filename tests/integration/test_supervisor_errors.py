@@ -57,14 +57,14 @@ async def async_bug(*_args: Any) -> None:
 
 def test_a_failing_launch_ends_the_run(tmp_path: Path) -> None:
     sup, engines = supervisor(tmp_path)
-    sup._spawn = bug  # type: ignore[method-assign]
+    sup.runner.spawn = bug  # type: ignore[method-assign]
     assert run(sup) == ExitCode.FAILURE
     assert engines == []
 
 
 def test_a_failing_serving_task_stops_the_engine(tmp_path: Path) -> None:
     sup, engines = supervisor(tmp_path)
-    sup._health_loop = async_bug  # type: ignore[method-assign]  # starts at READY
+    sup.serving.health_loop = async_bug  # type: ignore[method-assign]  # starts at READY
     assert run(sup) == ExitCode.FAILURE
     assert sup.lifecycle.ready_sent and len(engines) == 1
     assert group_members(engines[0]) == []
@@ -72,6 +72,6 @@ def test_a_failing_serving_task_stops_the_engine(tmp_path: Path) -> None:
 
 def test_a_failing_loop_callback_stops_the_engine(tmp_path: Path) -> None:
     sup, engines = supervisor(tmp_path)
-    sup._on_output = bug  # type: ignore[method-assign]  # the engine's first output
+    sup.runner.on_output = bug  # type: ignore[method-assign]  # the engine's first output
     assert run(sup) == ExitCode.FAILURE
     assert len(engines) == 1 and group_members(engines[0]) == []

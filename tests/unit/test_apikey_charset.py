@@ -52,8 +52,8 @@ def test_check_refuses_a_gateway_key_that_run_would_refuse(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, why: str) -> None:
     # Everything `check` accepts, `run` can execute: `run` reads gateway.api_key_file at start.
     from sglang_supervisor import cli
-    from sglang_supervisor.core.config import default_demo_config_path
     from sglang_supervisor.core.exitcodes import ExitCode
+    from sglang_supervisor.shell.configfile import default_demo_config_path
 
     key = tmp_path / "gw-key"
     key.write_text(content + "\n", encoding="utf-8")

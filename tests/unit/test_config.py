@@ -10,16 +10,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor.core.config import (
-    Config,
-    ConfigError,
-    ConfigProblem,
-    default_demo_config_path,
-    effective_overlay,
-    load_config,
-    parse_config,
-)
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, effective_overlay, parse_config
 from sglang_supervisor.core.events import FailureClass
+from sglang_supervisor.shell.configfile import default_demo_config_path, load_config, parse_checked
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "etc" / "sglang-supervisor" / "qwen.yaml"
@@ -42,8 +35,9 @@ profiles:
 
 
 def problems_of(text: str) -> list[ConfigProblem]:
+    """Every problem, the files the text names included (what `load_config` reports)."""
     with pytest.raises(ConfigError) as info:
-        parse_config(text, "test.yaml")
+        parse_checked(text, "test.yaml")
     return info.value.problems
 
 
@@ -335,6 +329,21 @@ def test_missing_or_relative_key_file(tmp_path: Path) -> None:
     assert "No such file" in p.problem
     p = only_problem(MINIMAL.replace("  model_path:", "  api_key_file: key.txt\n  model_path:"))
     assert "absolute" in p.fix
+
+
+def test_parse_config_is_pure_the_files_are_the_shells(tmp_path: Path) -> None:
+    """core.config.parse_config reads no file: a world-readable key file and a missing local
+    model pass it; shell.configfile adds what the filesystem says, in the same report."""
+    key = tmp_path / "key"
+    key.write_text("secret\n")
+    key.chmod(0o644)
+    text = MINIMAL.replace("  model_path: org/m", f"  api_key_file: {key}\n  model_path: {tmp_path}/nope")
+    assert parse_config(text, "t").engine.api_key_file == str(key)
+    assert {p.path for p in problems_of(text)} == {"engine.api_key_file", "engine.model_path"}
+    # what the text alone says is still core's: a relative key path
+    with pytest.raises(ConfigError) as info:
+        parse_config(MINIMAL.replace("  model_path:", "  api_key_file: key.txt\n  model_path:"), "t")
+    assert "absolute" in info.value.problems[0].fix
 
 
 def test_credential_name_is_not_a_path() -> None:

@@ -16,10 +16,9 @@ from sglang_supervisor.core.config import (
     MAX_PROBLEMS,
     ConfigError,
     ConfigProblem,
-    load_config,
-    model_path_problems,
     parse_config,
 )
+from sglang_supervisor.shell.configfile import load_config, model_path_problems
 
 BASE = {
     "engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "org/m"},

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from sglang_supervisor.core.config import Config, ConfigError, parse_config
+from sglang_supervisor.shell.configfile import parse_checked
 from sglang_supervisor.shell.supervisor import gateway_key
 
 BASE = {"engine": {"command": ["python3", "-m", "sglang.launch_server"], "model_path": "org/m"},
@@ -22,7 +23,7 @@ def config(**gateway: object) -> str:
 
 def problems(text: str) -> list[tuple[str, str]]:
     with pytest.raises(ConfigError) as info:
-        parse_config(text, "t.yaml")
+        parse_checked(text, "t.yaml")
     return [(p.path, p.problem) for p in info.value.problems]
 
 

@@ -18,9 +18,9 @@ import yaml
 from sglang_supervisor import cli
 from sglang_supervisor.commands import doctor
 from sglang_supervisor.core import audit
-from sglang_supervisor.core.config import load_config
 from sglang_supervisor.engine.modelinfo import read_model_dir
 from sglang_supervisor.shell import gpu
+from sglang_supervisor.shell.configfile import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_CONFIG = ROOT / "etc" / "sglang-supervisor" / "qwen.yaml"

@@ -23,5 +23,5 @@ def test_no_module_shadows_the_stdlib() -> None:
     root = Path(sglang_supervisor.__file__).parent
     dirs = [root, *(d for d in root.rglob("*") if (d / "__init__.py").is_file())]
     names = set().union(*(_top_level_names(d) for d in dirs))
-    assert {"apikey", "policy", "argcheck", "cli"} <= names  # the walk sees every package's modules
+    assert {"apikey", "lifecycle", "argcheck", "cli"} <= names  # the walk sees every package's modules
     assert sorted(names & set(sys.stdlib_module_names)) == []

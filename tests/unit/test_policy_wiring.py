@@ -7,8 +7,9 @@ from pathlib import Path
 import yaml
 
 from sglang_supervisor.commands.demo import demo_config_data
-from sglang_supervisor.core.config import default_demo_config_path, parse_config
+from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.engine.argv import parse_flags, tp_size
+from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.supervisor import capture_keys, policy_settings
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.core.config import ConfigError, load_config, parse_config
+from sglang_supervisor.core.config import ConfigError, parse_config
 from sglang_supervisor.core.profiles import (
     REDACTED,
     command_hash,
@@ -22,6 +22,8 @@ from sglang_supervisor.core.profiles import (
     shell_format,
 )
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter
+from sglang_supervisor.shell.apikey import read_api_key
+from sglang_supervisor.shell.configfile import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN = REPO / "etc" / "sglang-supervisor" / "qwen.yaml"
@@ -174,16 +176,19 @@ def test_api_key_goes_into_the_secret_config_never_argv_or_env(tmp_path: Path) -
     key.write_text("sk-very-secret-key-42\n")
     key.chmod(0o600)
     config = parse_config(BASE.replace("  model_path:", f"  api_key_file: {key}\n  model_path:"), "t")
-    rc = render(config, "first", "0.5.23", secret_config_path="/run/sglang/x.yaml")
+    with pytest.raises(ValueError, match="api_key"):  # core reads no key file: the shell passes it
+        render(config, "first", "0.5.23", secret_config_path="/run/sglang/x.yaml")
+    rc = render(config, "first", "0.5.23", secret_config_path="/run/sglang/x.yaml",
+                api_key=read_api_key(config.engine))
     assert rc.argv[-2:] == ["--config", "/run/sglang/x.yaml"]
     assert rc.secret_config == {"api-key": "sk-very-secret-key-42"}
     assert "sk-very-secret-key-42" not in " ".join(rc.argv)
     assert "sk-very-secret-key-42" not in " ".join(rc.env.values())
     assert "sk-very-secret-key-42" not in shell_format(rc)
     assert "sk-very-secret-key-42" not in str(rc.to_json())
-    shown = render(config, "first", "0.5.23", api_key=REDACTED)
+    shown = render(config, "first", "0.5.23", api_key=REDACTED, secret_config_path="/run/sglang/x.yaml")
     assert shown.secret_config == {"api-key": REDACTED}
-    assert command_hash(shown) == command_hash(render(config, "first", "0.5.23"))
+    assert command_hash(shown) == command_hash(rc)
 
 
 def test_default_secret_config_path() -> None:

@@ -91,7 +91,7 @@ def test_short_keys_are_refused_with_the_fix(tmp_path: Path, key: str) -> None:
 
 
 def test_check_exits_78_for_a_short_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from sglang_supervisor.core.config import default_demo_config_path
+    from sglang_supervisor.shell.configfile import default_demo_config_path
     key = tmp_path / "key"
     key.write_text("admin\n")
     key.chmod(0o600)

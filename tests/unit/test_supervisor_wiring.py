@@ -15,16 +15,18 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.core.actions import Launch, MarkGood
-from sglang_supervisor.core.config import default_demo_config_path, parse_config
+from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import ServerReady
 from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start
 from sglang_supervisor.core.phases import Phase
 from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
+from sglang_supervisor.shell import reloader
+from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.process import StopResult
+from sglang_supervisor.shell.runner import Engine
 from sglang_supervisor.shell.supervisor import (
     Options,
     Supervisor,
-    _Engine,
     decode_log_interval,
     prepare,
 )
@@ -61,7 +63,7 @@ def record_launches(sup: Supervisor) -> list[Launch]:
     async def launch(a: Launch) -> None:
         launches.append(a)
 
-    sup._launch = launch  # type: ignore[method-assign]
+    sup.runner.launch = launch  # type: ignore[method-assign]
     return launches
 
 
@@ -91,8 +93,8 @@ def test_monitor_uses_the_profiles_decode_log_interval(tmp_path: Path) -> None:
     data = demo_data(tmp_path)
     data["profiles"][1]["args"]["decode-log-interval"] = 7
     sup = make_supervisor(tmp_path, data)
-    assert sup._new_monitor("no-prefill-graph")._decode_log_interval == 7
-    assert sup._new_monitor("tuned")._decode_log_interval == DEFAULT_DECODE_LOG_INTERVAL
+    assert sup.serving.new_monitor("no-prefill-graph")._decode_log_interval == 7
+    assert sup.serving.new_monitor("tuned")._decode_log_interval == DEFAULT_DECODE_LOG_INTERVAL
     assert decode_log_interval(["--decode-log-interval=3"]) == 3
     assert decode_log_interval(["--decode-log-interval", "x"]) == DEFAULT_DECODE_LOG_INTERVAL
 
@@ -112,7 +114,7 @@ def test_a_reload_that_changes_the_commands_changes_the_fingerprint(tmp_path: Pa
 
     async def reload() -> None:
         sup._loop = asyncio.get_running_loop()
-        await sup._reload()
+        await sup.reloader.reload()
         await asyncio.sleep(0)
 
     asyncio.run(reload())
@@ -142,18 +144,18 @@ def test_stopping_the_engine_first_quiets_its_probes_and_health_checks(tmp_path:
 
     async def scenario() -> None:
         sup._loop = asyncio.get_running_loop()
-        sup._monitor = sup._new_monitor("tuned")
-        sup._ready_monitor = sup._new_monitor("tuned")
-        sup._health_task = health = asyncio.ensure_future(asyncio.sleep(3600))
-        eng = _Engine(1, "tuned", FakeProc(), pump=None, eof=asyncio.Event(),  # type: ignore[arg-type]
-                      secret_path=None)
-        sup._engine = eng
-        sup._stop_engine("wedged")
-        assert sup._monitor.stopped and sup._ready_monitor.stopped
+        sup.serving.monitor = sup.serving.new_monitor("tuned")
+        sup.serving.ready_monitor = sup.serving.new_monitor("tuned")
+        sup.serving.health_task = health = asyncio.ensure_future(asyncio.sleep(3600))
+        eng = Engine(1, "tuned", FakeProc(), pump=None, eof=asyncio.Event(),  # type: ignore[arg-type]
+                     secret_path=None)
+        sup.runner.engine = eng
+        sup.runner.stop("wedged")
+        assert sup.serving.monitor.stopped and sup.serving.ready_monitor.stopped
         assert eng.proc.we_stopped
         assert eng.stopping is not None
         await eng.stopping
-        assert health.cancelled() and sup._health_task is None
+        assert health.cancelled() and sup.serving.health_task is None
 
     asyncio.run(scenario())
 
@@ -177,8 +179,8 @@ def test_a_reload_that_keeps_the_engine_keeps_it_good_under_the_new_fingerprint(
     async def idle(*_args: Any) -> None:
         return None
 
-    sup._ready_probe = idle  # type: ignore[method-assign]
-    sup._health_loop = idle  # type: ignore[method-assign]
+    sup.serving.ready_probe = idle  # type: ignore[method-assign]
+    sup.serving.health_loop = idle  # type: ignore[method-assign]
     old_fp = sup.fp
 
     async def serve_then_reload() -> None:
@@ -190,10 +192,32 @@ def test_a_reload_that_keeps_the_engine_keeps_it_good_under_the_new_fingerprint(
         assert sup.lifecycle.phase == Phase.SERVING and sup.store.last_good(old_fp) == "tuned"
         data["profiles"][-1]["args"]["mem-fraction-static"] = 0.7  # not the running profile
         path.write_text(yaml.safe_dump(data))
-        await sup._reload()
+        await sup.reloader.reload()
 
     asyncio.run(serve_then_reload())
     assert sup.fp != old_fp and sup.lifecycle.attempt == 1  # the engine was kept
     assert sup.store.last_good(sup.fp) == "tuned"
     info = sup.metrics.active_profile._value
     assert info["config_hash"] == sup.fp and info["profile"] == "tuned"
+
+
+def test_a_reload_that_cannot_read_its_file_in_time_is_refused_and_frees_the_inbox(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A reload holds the lifecycle loop (signals wait for it): a file on a hung mount must not
+    hold it for ever. Nothing of the new file is applied."""
+    data = demo_data(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
+                     Options(config_path=str(path), environ={}))
+    monkeypatch.setattr(reloader, "READ_TIMEOUT_S", 0.05)
+    prep, fp = sup.prep, sup.fp
+
+    async def hung(_path: str) -> Any:
+        await asyncio.Event().wait()  # never set: a read that never returns
+
+    sup.reloader._read = hung  # type: ignore[method-assign]
+    asyncio.run(sup.reloader.reload())
+    assert sup.reloader.last is not None and sup.reloader.last["result"] == "refused"
+    assert "took more than" in sup.reloader.last["reason"]
+    assert sup.prep is prep and sup.fp == fp

@@ -12,9 +12,9 @@ import yaml
 from sglang_supervisor.commands import tune
 from sglang_supervisor.commands.tune import TuneResult, format_table, rank
 from sglang_supervisor.core import failover, wayback
-from sglang_supervisor.core.config import load_config
 from sglang_supervisor.core.trial import TrialStart
 from sglang_supervisor.shell import state
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
 
 RESULTS = [

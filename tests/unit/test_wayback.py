@@ -1,5 +1,5 @@
 """The way back from a fallback (wayback.py): back-off per failure class and count, and the plan a
-start follows, table-driven; then the lifecycle's probation (policy.py) and the state it leaves."""
+start follows, table-driven; then the lifecycle's probation (core/lifecycle) and the state it leaves."""
 
 from __future__ import annotations
 

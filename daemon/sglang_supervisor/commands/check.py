@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.profiles import (
     REDACTED,
     RenderedCommand,
     config_problems,
+    default_secret_config_path,
     detect_engine_version,
     render,
 )
 from sglang_supervisor.shell.apikey import read_api_key
+from sglang_supervisor.shell.configfile import load_config
 
 
 def _problem_json(p: ConfigProblem) -> dict[str, str]:
@@ -53,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
             source = "configured" if config.engine.version != "auto" else "asked the engine"
         problems: list[ConfigProblem] = []
         for profile in config.profile_names:
-            rc = render(config, profile, version, api_key=REDACTED)
+            rc = render(config, profile, version, api_key=REDACTED,
+                        secret_config_path=default_secret_config_path(config, os.environ))
             rendered.append(rc)
             problems += config_problems(config, rc, version)
         if not problems and config.engine.api_key_file is not None:

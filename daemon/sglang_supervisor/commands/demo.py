@@ -23,9 +23,10 @@ from typing import Any
 import structlog
 import yaml
 
-from sglang_supervisor.core.config import ConfigError, default_demo_config_path, parse_config
+from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell.configfile import default_demo_config_path, parse_checked
 from sglang_supervisor.shell.logsetup import configure_logging, shutdown_logging
 from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare
 from sglang_supervisor.simulator.faults import FaultSpecError, parse_fault
@@ -109,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         config_path = workdir / "demo.yaml"
         config_path.write_text(yaml.safe_dump(data, sort_keys=False))
         try:
-            config = parse_config(config_path.read_text(), str(config_path))
+            config = parse_checked(config_path.read_text(), str(config_path))
             prepared = prepare(config, detect_engine_version(config))
         except ConfigError as exc:
             print(exc.report(), file=sys.stderr)

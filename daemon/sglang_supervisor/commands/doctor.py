@@ -35,7 +35,7 @@ from sglang_supervisor.commands.profilecheck import run_argcheck
 from sglang_supervisor.core import audit
 from sglang_supervisor.core.address import parse_address
 from sglang_supervisor.core.audit import Finding, HostFacts
-from sglang_supervisor.core.config import Config, ConfigError, effective_overlay, load_config
+from sglang_supervisor.core.config import Config, ConfigError, effective_overlay
 from sglang_supervisor.engine.api import (
     METRICS_ROUTE,
     MODEL_INFO_ROUTE,
@@ -46,6 +46,7 @@ from sglang_supervisor.engine.detect import detect_engine_version, engine_interp
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.engine.sglang import known_versions
 from sglang_supervisor.shell import gpu, ports
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 
 VERSION_TIMEOUT_S = 30.0

@@ -16,8 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_supervisor.core.config import ConfigError, did_you_mean, load_config
+from sglang_supervisor.core.config import ConfigError, did_you_mean
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.state import STATE_FILE, StateStore, state_file_name
 
 

@@ -134,7 +134,8 @@ def profile_findings(
     # Profiles by the environment their engine gets: the parser runs once per distinct one.
     by_env: dict[tuple[tuple[str, str], ...], list[ProfileView]] = {}
     for p in config.profiles:
-        rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED)
+        rc = profiles.render(config, p.name, version, api_key=profiles.REDACTED,
+                             secret_config_path=profiles.default_secret_config_path(config, os.environ))
         _, written_env = effective_overlay(config, p.name)
         sglang_args = tuple(rc.argv[base_len:])
         view = ProfileView(p.name, sglang_args, written_env, tuple(written_args(config, p.name)))

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 
-from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.profiles import (
     REDACTED,
     RenderedCommand,
     config_problems,
+    default_secret_config_path,
     detect_engine_version,
     render,
     shell_format,
 )
+from sglang_supervisor.shell.configfile import load_config
 
 
 def _shell_block(rc: RenderedCommand, version: str, description: str) -> str:
@@ -56,7 +59,9 @@ def main(args: argparse.Namespace) -> int:
         version = args.sglang_version or detect_engine_version(config)
         names = [args.profile] if args.profile is not None else config.profile_names
         # Display only: the key is never read here, the --config file path is shown instead.
-        rendered = [render(config, name, version, api_key=REDACTED) for name in names]
+        secret_path = default_secret_config_path(config, os.environ)
+        rendered = [render(config, name, version, api_key=REDACTED, secret_config_path=secret_path)
+                    for name in names]
     except ConfigError as exc:
         print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
         return ExitCode.CONFIG

@@ -14,11 +14,12 @@ import sys
 
 import structlog
 
-from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, load_config
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.group import NODE_RANK_ENV, with_node_rank
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.grouplink import WorkerNode
 from sglang_supervisor.shell.logsetup import LogFormat, configure_logging, shutdown_logging
 from sglang_supervisor.shell.supervisor import Options, Prepared, Supervisor, capture_keys, prepare

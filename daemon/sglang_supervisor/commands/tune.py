@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from sglang_supervisor.commands.doctor import port_busy, quiet_logging
 from sglang_supervisor.core.childenv import engine_env
-from sglang_supervisor.core.config import Config, ConfigError, load_config
+from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.readiness import capture_keys
@@ -38,6 +38,7 @@ from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
+from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.grouplink import local_capture_keys
 from sglang_supervisor.shell.probe import make_shape, probe_many
 from sglang_supervisor.shell.process import EngineProcess

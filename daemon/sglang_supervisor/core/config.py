@@ -1,23 +1,21 @@
 """Supervisor configuration: YAML -> validated, frozen model.
 
-Field names here are the contract for every other module (and docs/CONFIG.md). Loading and the
-human-readable error report live in `load_config`; validation errors name the key path, the
-problem and the fix.
+Field names here are the contract for every other module (and docs/CONFIG.md). Validation
+errors name the key path, the problem and the fix. Pure: reading the file and checking the files
+it names (API key files, a local model) is `shell.configfile.load_config`'s.
+
+Long because: the schema, its bounds and the report that explains a violation of each are one
+contract; split, a field and the message that names its problem would drift apart.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-import structlog
 import yaml
 from pydantic import (
     BaseModel,
@@ -493,9 +491,6 @@ class Config(_Strict):
 KEY_SOURCE_ERROR_HINT = "see docs/CONFIG.md"
 REMEDIATION_KEYS = (*(fc.value for fc in FailureClass), "default")
 
-log = structlog.get_logger(__name__)
-
-
 @dataclass(frozen=True)
 class ConfigProblem:
     path: str  # key path, e.g. "profiles[2].args.tp-size"; "" for the whole file
@@ -870,6 +865,7 @@ def effective_overlay(config: Config, name: str) -> tuple[dict[str, ArgValue], d
 
 
 def _profile_problems(config: Config) -> list[ConfigProblem]:
+    """Long because: it walks every profile once, one check per kind of mistake."""
     problems: list[ConfigProblem] = []
     names = config.profile_names
     seen: set[str] = set()
@@ -961,65 +957,33 @@ def _secret_problems(config: Config) -> list[ConfigProblem]:
 
 
 def _key_file_problems(key_file: str | None, path: str) -> list[ConfigProblem]:
-    if key_file is None:
-        return []
-    if not os.path.isabs(key_file):
+    """What the text says; the file itself (mode, owner, existence) is `shell.configfile`'s."""
+    if key_file is not None and not key_file.startswith("/"):
         return [ConfigProblem(path, f"{key_file!r} is a relative path (systemd runs us in /)",
                               "write the absolute path of the key file")]
-    try:
-        st = os.stat(key_file)
-    except OSError as exc:
-        return [ConfigProblem(path, f"cannot read {key_file}: {exc.strerror}",
-                              "create the file holding only the API key (chmod 600), or fix the path")]
-    if not stat.S_ISREG(st.st_mode):
-        return [ConfigProblem(path, f"{key_file} is not a regular file",
-                              "point it at the file holding the key")]
-    if st.st_mode & stat.S_IROTH:
-        mode = stat.S_IMODE(st.st_mode)
-        return [ConfigProblem(path, f"{key_file} is readable by every user (mode {mode:04o})",
-                              f"chmod 600 {key_file} (or 640 with a dedicated group)")]
-    if not os.access(key_file, os.R_OK):
-        return [ConfigProblem(path, f"{key_file} is not readable by this user (uid {os.getuid()})",
-                              f"chown the file to the service user, or run as its owner: ls -l {key_file}")]
     return []
 
 
-def model_path_problems(model: str) -> list[ConfigProblem]:
-    """A local model must exist where the supervisor's user looks (else every profile would fail
-    to load it and be remembered as bad). A Hugging Face id (`org/name`) is downloaded by SGLang."""
-    path = "engine.model_path"
-    local = model.startswith(("/", "./", "../", "~")) or not HF_ID.match(model)
-    if not local or os.path.exists(os.path.expanduser(model)):
-        return []
-    if not os.path.isabs(os.path.expanduser(model)) and not model.startswith(("./", "../", "~")):
-        return [ConfigProblem(path, f"{model!r} is neither a local path nor a Hugging Face id",
-                              "write the absolute path of the weights directory, or a Hugging Face "
-                              "id such as Qwen/Qwen3-8B")]
-    try:
-        os.stat(os.path.expanduser(model))
-        why = "cannot be read"
-    except FileNotFoundError:
-        why = "does not exist"
-    except PermissionError:
-        why = "cannot be reached by this user (permission denied)"
-    except OSError as exc:
-        why = f"cannot be read ({exc.strerror})"
-    return [ConfigProblem(path, f"{model} {why}",
-                          "download the weights there or fix the path (a Hugging Face id such as "
-                          "Qwen/Qwen3-8B is downloaded instead)")]
+def is_local_model(model: str) -> bool:
+    """A path to weights on this machine, not a Hugging Face id (`org/name`, downloaded by SGLang)."""
+    return model.startswith(("/", "./", "../", "~")) or not HF_ID.match(model)
 
 
 def semantic_problems(config: Config) -> list[ConfigProblem]:
-    """Checks that need the whole configuration (and the API key file's and model's metadata)."""
-    return [*_profile_problems(config), *_remediation_problems(config), *_secret_problems(config),
-            *model_path_problems(config.engine.model_path)]
+    """Checks that need the whole configuration (the files it names are `shell.configfile`'s)."""
+    return [*_profile_problems(config), *_remediation_problems(config), *_secret_problems(config)]
 
 
 # ---- entry points ---------------------------------------------------------------------------
 
 
-def parse_config(text: str, source: str = "<config>") -> Config:
-    """Validate YAML text; raise ConfigError (only) listing every problem found."""
+def parse_config(text: str, source: str = "<config>", *,
+                 more_checks: Callable[[Config], list[ConfigProblem]] | None = None) -> Config:
+    """Validate YAML text; raise ConfigError (only) listing every problem found.
+
+    Pure: the files the configuration names (API key files, a local model) are not looked at
+    here; `more_checks` adds such findings to the same report (`shell.configfile.load_config`
+    passes its file checks)."""
     data, problems = _read_yaml(text, source)
     if data is None:
         raise ConfigError([ConfigProblem("", "the file is empty",
@@ -1043,6 +1007,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         raise ConfigError([ConfigProblem("", "an alias refers to itself", "remove the recursive alias")],
                           source) from None
     problems += semantic_problems(config)
+    if more_checks is not None:
+        problems += more_checks(config)
     if problems:
         _add_lines(problems, text)
         raise ConfigError(problems, source)
@@ -1061,46 +1027,3 @@ def _add_lines(problems: list[ConfigProblem], text: str) -> None:
             if line is not None:
                 problems[i] = ConfigProblem(p.path, f"{p.problem} (line {line})", p.fix)
                 break
-
-
-def config_file_warnings(path: str | Path) -> list[ConfigProblem]:
-    """Non-fatal findings about the file itself."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return []
-    if mode & stat.S_IWOTH:
-        return [ConfigProblem("", f"{path} is writable by every user (mode {stat.S_IMODE(mode):04o}): "
-                              "anyone could change the command the supervisor runs as its user",
-                              f"chmod o-w {path}")]
-    return []
-
-
-def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None] | None = None) -> Config:
-    """Read and validate a configuration file. Warnings go to `on_warning` (default: the log)."""
-    source = str(path)
-    try:
-        with Path(path).open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)  # a device or a huge file is not read whole
-    except OSError as exc:
-        raise ConfigError([ConfigProblem("", f"cannot read {source}: {exc.strerror}",
-                                         "pass an existing file with --config, e.g. "
-                                         "/etc/sglang-supervisor/qwen.yaml")],
-                          source) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError([ConfigProblem("", f"{source} is not UTF-8 text (byte {exc.start})",
-                                         "save the file as UTF-8")], source) from None
-    for warning in config_file_warnings(path):
-        if on_warning is None:
-            log.warning("config.warning", path=warning.path or source, problem=warning.problem,
-                        fix=warning.fix)
-        else:
-            on_warning(warning)
-    return parse_config(text, source)
-
-
-def default_demo_config_path() -> Path:
-    """The packaged demo configuration (the simulator engine), also at etc/sglang-supervisor/demo.yaml."""
-    return Path(str(resources.files("sglang_supervisor.defaults").joinpath("demo.yaml")))

@@ -31,9 +31,6 @@ from sglang_supervisor.core.failover import (
 )
 from sglang_supervisor.core.failures import classify_failure
 from sglang_supervisor.core.inputs import (
-    FAILURE_GRACE_TIMER,
-    STALL_TIMER,
-    START_TIMER,
     TEMPORARY_TIMER,
     DecodeProgress,
     EngineExited,
@@ -57,7 +54,8 @@ from sglang_supervisor.core.inputs import (
 from sglang_supervisor.core.lifecycle_serve import ServingLifecycle
 from sglang_supervisor.core.lifecycle_start import StartingLifecycle
 from sglang_supervisor.core.lifecycle_wait import WaitingLifecycle
-from sglang_supervisor.core.phases import FINAL_PHASES, STARTING_PHASES, UP_PHASES, Phase
+from sglang_supervisor.core.liveness import timer_verdict
+from sglang_supervisor.core.phases import FINAL_PHASES, UP_PHASES, Phase
 from sglang_supervisor.core.readiness import FirstProbe
 from sglang_supervisor.core.reasons import Outcome, RestartCause, StopReason
 from sglang_supervisor.core.wedge import Check
@@ -248,17 +246,19 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             return self._on_temporary_timer(now)
         if not self.cur.engine_alive or self.cur.stopping:
             return []
-        if inp.name == STALL_TIMER and self.phase in STARTING_PHASES:
-            return [Log("engine.hang", "error", {"profile": self.profile, "phase": self.phase.value,
-                                                 "stall_s": self.settings.stall_s}),
-                    *self._stop(StopReason.HANG)]
-        if inp.name == START_TIMER and self.phase in STARTING_PHASES:
-            return [Log("engine.start_timeout", "error", {"profile": self.profile,
-                                                          "start_s": self.settings.start_s}),
-                    *self._stop(StopReason.START_TIMEOUT)]
-        if inp.name == FAILURE_GRACE_TIMER and self.phase not in UP_PHASES:
-            return self._stop(StopReason.FAILED)
-        return []
+        match timer_verdict(inp.name, self.phase):
+            case StopReason.HANG:
+                return [Log("engine.hang", "error", {"profile": self.profile, "phase": self.phase.value,
+                                                     "stall_s": self.settings.stall_s}),
+                        *self._stop(StopReason.HANG)]
+            case StopReason.START_TIMEOUT:
+                return [Log("engine.start_timeout", "error", {"profile": self.profile,
+                                                              "start_s": self.settings.start_s}),
+                        *self._stop(StopReason.START_TIMEOUT)]
+            case None:
+                return []
+            case reason:
+                return self._stop(reason)
 
     def _on_stop_requested(self, inp: StopRequested, now: float) -> list[Action]:
         acts: list[Action] = [NotifyStopping(),

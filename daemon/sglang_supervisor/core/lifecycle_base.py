@@ -16,7 +16,6 @@ from sglang_supervisor.core.actions import (
     Log,
     LogLevel,
     NotifyStatus,
-    SetTimer,
     StopEngine,
 )
 from sglang_supervisor.core.attempt import Attempt, AttemptRecord
@@ -29,6 +28,7 @@ from sglang_supervisor.core.inputs import (
     START_TIMER,
     Settings,
 )
+from sglang_supervisor.core.liveness import launch_timers
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.reasons import Outcome, StopReason
 
@@ -176,8 +176,8 @@ class LifecycleBase:
         acts.append(Log("engine.launch", "info",
                         {"profile": profile, "attempt": self.attempt, "reason": reason}))
         acts.append(Launch(profile, self.attempt, reason, delay_s, restart))
-        acts.append(SetTimer(STALL_TIMER, self.settings.stall_s, reset_on_output=True))
-        acts.append(SetTimer(START_TIMER, self.settings.start_s + delay_s))
+        acts += launch_timers(stall_s=self.settings.stall_s, start_s=self.settings.start_s,
+                              delay_s=delay_s)
         return acts
 
     def _stop(self, reason: StopReason) -> list[Action]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import posixpath
 import shlex
 import sys
 from collections.abc import Mapping
@@ -27,7 +27,6 @@ from sglang_supervisor.core.config import (
 from sglang_supervisor.core.group import group_flags
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, migrate_args, migrate_env
-from sglang_supervisor.shell.apikey import read_api_key
 
 __all__ = [
     "RenderedCommand",
@@ -82,12 +81,12 @@ class RenderedCommand:
         }
 
 
-def default_secret_config_path(config: Config, environ: Mapping[str, str] | None = None) -> str:
+def default_secret_config_path(config: Config, environ: Mapping[str, str]) -> str:
     """Where the 0600 `--config` file goes: runtime_dir, else systemd's $RUNTIME_DIRECTORY (tmpfs,
-    removed with the service), else the state directory. The name ends in .yaml: SGLang requires it."""
-    env = os.environ if environ is None else environ
-    base = config.runtime_dir or env.get("RUNTIME_DIRECTORY", "").split(":")[0] or config.state_dir
-    return os.path.join(base, f"{config.name}-engine-secrets.yaml")
+    removed with the service; `environ` is the supervisor's environment), else the state
+    directory. The name ends in .yaml: SGLang requires it."""
+    base = config.runtime_dir or environ.get("RUNTIME_DIRECTORY", "").split(":")[0] or config.state_dir
+    return posixpath.join(base, f"{config.name}-engine-secrets.yaml")
 
 
 def flag_tokens(flag: str, value: ArgValue) -> list[str]:
@@ -121,8 +120,8 @@ def render(
     """The command for `profile` on SGLang `version`.
 
     With an API key configured, argv ends in `--config <secret_config_path>` and `secret_config`
-    holds the key. `api_key` supplies it (callers that only display pass `REDACTED`); when None it
-    is read from the configured file or credential (the one side effect, in `apikey`).
+    holds the key. `api_key` supplies it: the key the shell read (`shell.apikey.read_api_key`), or
+    `REDACTED` from callers that only display. With a key configured it is required.
     """
     if profile not in config.profile_names:
         guess = did_you_mean(profile, config.profile_names)
@@ -145,10 +144,13 @@ def render(
     secret: dict[str, str] | None = None
     if engine.has_api_key:
         if api_key is None:
-            api_key = read_api_key(engine)
-        if api_key is not None:
-            argv += [ENGINE_CONFIG_FLAG, secret_config_path or default_secret_config_path(config)]
-            secret = {"api-key": api_key}
+            raise ValueError("render: the configuration has an API key; pass it as api_key "
+                             "(shell.apikey.read_api_key) or api_key=REDACTED")
+        if secret_config_path is None:
+            raise ValueError("render: the API key goes into a secret config file; pass its path "
+                             "(default_secret_config_path)")
+        argv += [ENGINE_CONFIG_FLAG, secret_config_path]
+        secret = {"api-key": api_key}
     return RenderedCommand(
         profile=profile,
         argv=argv,
@@ -160,9 +162,11 @@ def render(
 
 
 def render_all(
-    config: Config, version: str, *, python: str = sys.executable, api_key: str | None = None
+    config: Config, version: str, *, python: str = sys.executable, api_key: str | None = None,
+    secret_config_path: str | None = None,
 ) -> list[RenderedCommand]:
-    return [render(config, p.name, version, python=python, api_key=api_key) for p in config.profiles]
+    return [render(config, p.name, version, python=python, api_key=api_key,
+                   secret_config_path=secret_config_path) for p in config.profiles]
 
 
 def _key_path(config: Config, profile: str, flag: str) -> str:

@@ -13,15 +13,16 @@ Worker (node R > 0): `WorkerNode` runs instead of the Supervisor. It never reads
 launcher printed the dummy server line after every local capture ended, and failed when the
 launcher exits or one of its scheduler processes is gone.
 
-Long because: it holds the two shell ends of one HTTP link, LeaderLink serving what WorkerNode posts
-and reads, so the wire's two sides change together; the messages and every decision are
-core/group.py's.
+Long because: both ends of one wire protocol (its bounds and parsing) live in one file, LeaderLink
+serving what WorkerNode posts and reads, so the wire's two sides change together; the messages and
+every decision are core/group.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import socket
@@ -295,7 +296,7 @@ class WorkerNode:
         loop = asyncio.get_running_loop()
         if rc.secret_config:  # the command names the 0600 --config file holding the API key
             try:
-                write_secret_config(default_secret_config_path(self.config), rc.secret_config)
+                write_secret_config(default_secret_config_path(self.config, os.environ), rc.secret_config)
             except OSError as exc:
                 log.error("group.secret_config", error=exc.strerror or str(exc))
                 return
@@ -457,7 +458,7 @@ class WorkerNode:
                 self.notifier.stopping("stopping")
                 await self._stop_engine("supervisor stopping")
                 with contextlib.suppress(OSError):
-                    remove_secret_config(default_secret_config_path(self.config))
+                    remove_secret_config(default_secret_config_path(self.config, os.environ))
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
         return code

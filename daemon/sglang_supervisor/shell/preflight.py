@@ -1,0 +1,117 @@
+"""Preflight: a configuration validated and rendered for one engine version, and the facts the
+lifecycle and the engine runner read off a rendered command (tensor parallel size, the captures
+to wait for, the decode log interval). Pure but for reading the API key files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
+from sglang_supervisor.core.inputs import Settings
+from sglang_supervisor.core.liveness import failure_grace_s
+from sglang_supervisor.core.profiles import (
+    RenderedCommand,
+    config_problems,
+    default_secret_config_path,
+    render,
+)
+from sglang_supervisor.core.readiness import CaptureKey
+from sglang_supervisor.engine.argv import tp_size
+from sglang_supervisor.engine.graphs import expected_captures
+from sglang_supervisor.shell import ports, state
+from sglang_supervisor.shell.apikey import read_api_key
+from sglang_supervisor.shell.fleet import read_gateway_key
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated configuration, rendered for one engine version."""
+
+    config: Config
+    version: str
+    renders: Mapping[str, RenderedCommand]
+    api_key: str | None
+    gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
+
+
+def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:
+    keys: set[CaptureKey] = set()
+    for cap in expected_captures(argv, version, tp_size(argv)):
+        for rank in cap.ranks:
+            keys.add((cap.owner, cap.phase, rank))
+    return frozenset(keys)
+
+
+def prepare(config: Config, version: str, *, secret_path: str | None = None) -> Prepared:
+    """Render every profile; any flag the target release refuses is a configuration error."""
+    api_key = read_api_key(config.engine)
+    path = secret_path or default_secret_config_path(config, os.environ)
+    renders: dict[str, RenderedCommand] = {}
+    problems: list[ConfigProblem] = []
+    for p in config.profiles:
+        rc = render(config, p.name, version, python=sys.executable, secret_config_path=path,
+                    api_key=api_key)
+        renders[p.name] = rc
+        problems += config_problems(config, rc, version)
+    if problems:
+        raise ConfigError(problems, f"rendering for SGLang {version}")
+    return Prepared(config, version, renders, api_key, gateway_key(config))
+
+
+def gateway_key(config: Config) -> str | None:
+    """gateway.api_key_file's key; a file we cannot use is a configuration error."""
+    if not config.gateway.enabled:
+        return None
+    try:
+        return read_gateway_key(config.gateway.api_key_file)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError([ConfigProblem("gateway.api_key_file", f"cannot use the gateway key: {why}",
+                                         "write the gateway's API key, one line, into a file "
+                                         "readable by the service user")], "gateway") from None
+
+
+def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
+    joined = [(name, rc.argv, sorted(rc.env.items())) for name, rc in sorted(renders.items())]
+    return state.command_hash([repr(joined)])
+
+
+def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
+                    retry_known_bad: bool, probation: str | None = None) -> Settings:
+    t = config.timeouts
+    return Settings(
+        profiles=tuple(config.profile_names),
+        remediation=dict(config.remediation),
+        last_good=last_good,
+        known_bad=dict(known_bad),
+        retry_known_bad=retry_known_bad,
+        probation=probation,
+        same_profile_retries=config.restart.same_profile_retries,
+        health_failures=t.health_failures,
+        stall_s=t.stall_s,
+        start_s=t.start_s,
+        backoff_s=config.restart.backoff_s,
+        failure_grace_s=failure_grace_s(t.stall_s),
+        temporary_wait_s=config.restart.temporary_wait_s,
+    )
+
+
+def port_taken(host: str, port: int) -> str | None:
+    """Why the engine could not bind host:port now, or None when it could."""
+    why = ports.bind_error(host, port)
+    if why is None:
+        return None
+    return f"{host}:{port} is already in use ({why}); stop what listens there or set engine.port " \
+           "to a free port"
+
+
+def gpu_indices(env: Mapping[str, str]) -> set[int] | None:
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return None
+    parts = [p.strip() for p in visible.split(",") if p.strip()]
+    return {int(p) for p in parts} if parts and all(p.isdigit() for p in parts) else None

@@ -1,0 +1,149 @@
+"""SIGHUP: re-read the configuration, apply every changed key or refuse the reload with the reason.
+
+Reloads arrive through the inbox and the lifecycle loop awaits each to its end, so two reloads
+never interleave (`inbox.py`). Which keys a reload can apply is `core.reloadplan`'s call; whether
+the engine restarts is the lifecycle's (`ReloadRequested`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from sglang_supervisor.core import reloadplan
+from sglang_supervisor.core.config import Config, ConfigError
+from sglang_supervisor.core.inputs import ReloadRequested
+from sglang_supervisor.core.phases import UP_PHASES
+from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.logsetup import set_redactions
+from sglang_supervisor.shell.preflight import Prepared, prepare
+
+if TYPE_CHECKING:
+    from sglang_supervisor.shell.supervisor import Supervisor
+
+log = structlog.get_logger("sglang_supervisor")
+
+# A reload holds the lifecycle loop's inbox (signals wait for it): the file, the engine's version
+# (`version: auto` runs its interpreter, bounded at 30 s) and the rendering must be done by then.
+READ_TIMEOUT_S = 60.0
+
+
+class Reloader:
+    def __init__(self, sup: Supervisor) -> None:
+        self.sup = sup
+        self.seq = 0  # reloads begun, for the log and /status
+        # The last reload's outcome for /status, and the note STATUS= carries while it was refused.
+        self.last: dict[str, Any] | None = None
+        self.note: str | None = None
+
+    def with_note(self, text: str) -> str:
+        """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
+        status` is where an operator looks, and the next tok/s refresh must not hide it."""
+        return text if self.note is None else f"{text}; {self.note}"
+
+    async def reload(self, requests: int = 1) -> None:
+        """Re-read the configuration; the engine restarts only if its command changed."""
+        self.seq += 1
+        log.info("supervisor.reload_begin", seq=self.seq, requests=requests)
+        result: dict[str, Any] = {"result": "unfinished"}  # cancelled by our exit, or a bug
+        try:
+            await self._reload()
+            result = self.last or result
+        finally:
+            log.info("supervisor.reload_end", seq=self.seq, result=result["result"],
+                     changed=result.get("changed"))
+
+    async def _reload(self) -> None:
+        sup = self.sup
+        path = sup.opts.config_path
+        if path is None:
+            self.refuse("no configuration file to re-read", "no_config")
+            return
+        try:
+            prepared, new_fp = await asyncio.wait_for(self._read(path), READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            # The loop handles nothing else from its inbox meanwhile (a SIGTERM waits): bounded.
+            self.refuse(f"reading and rendering the configuration took more than {READ_TIMEOUT_S:g} s "
+                        "(a file on a hung mount? a FIFO?)", "timeout")
+            return
+        except ConfigError as exc:
+            # A broken file must not take a healthy engine down: keep running what we have.
+            first = exc.problems[0] if exc.problems else None
+            why = f"{len(exc.problems)} configuration problem(s)" + (
+                f", first: {first.path or 'file'}: {first.problem}" if first else "")
+            self.refuse(why[:300], "invalid", report=str(exc))
+            return
+        # From here on nothing is awaited: the reload is applied whole, or not at all.
+        config = prepared.config
+        current = sup.lifecycle.profile
+        old = sup.prep.renders.get(current) if current else None
+        new = prepared.renders.get(current) if current else None
+        changed = (old is None or new is None or old.argv != new.argv or old.env != new.env
+                   or old.secret_config != new.secret_config)
+        refused = reloadplan.refused_keys(sup.config, config, engine_restarts=changed)
+        if refused:
+            self.refuse(reloadplan.refusal_reason(refused), "not_applicable",
+                        keys=",".join(sorted(refused)))
+            return
+        probe_changed = config.probe != sup.config.probe
+        keys = reloadplan.changed_keys(sup.config, config)
+        sup.prep = prepared
+        sup.config = config
+        # Baselines, last good and known bad belong to the commands that earned them: the new
+        # ladder has its own.
+        old_fp, sup.fp = sup.fp, new_fp
+        if sup.fp != old_fp:
+            log.info("supervisor.fingerprint_changed", old=old_fp, new=sup.fp)
+        if secrets := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
+            set_redactions(secrets)
+        self.note = None
+        self.last = {"result": "applied", "at": time.time(), "seq": self.seq, "changed": keys[:50],
+                     "restarts_engine": changed}
+        sup.metrics.reload_result("applied")
+        sup.feed(ReloadRequested(changed, sup.settings(first_run=False)))
+        if not changed and current and sup.fp != old_fp and sup.lifecycle.phase in UP_PHASES:
+            # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
+            # restart of the supervisor would forget it), and /metrics names the new fingerprint.
+            sup.store.mark_serving(sup.fp, current, time.time(),
+                                   below_best=current != config.profile_names[0])
+            sup.below_best_since = sup.store.fingerprint_state(sup.fp).below_best_since
+            sup.publish_active(current)
+        if probe_changed and not changed:
+            sup.serving.probe_settings_changed()
+
+    async def _read(self, path: str) -> tuple[Prepared, str]:
+        """The file read, validated and rendered, and its fingerprint: all off the loop (`version:
+        auto` runs the engine's interpreter; NVML may be slow)."""
+        config = await asyncio.to_thread(load_config, path)
+        version = await asyncio.to_thread(self._version, config)
+        prepared = await asyncio.to_thread(prepare, config, version)
+        return prepared, await asyncio.to_thread(self.sup.fingerprint, prepared)
+
+    def refuse(self, reason: str, kind: str, **fields: Any) -> None:
+        """Keep everything as it runs, and say why where operators look: the journal, STATUS=
+        (`systemctl status`), /status and a metric."""
+        sup = self.sup
+        log.error("supervisor.reload_failed", reason=reason, kind=kind,
+                  kept_profile=sup.lifecycle.profile, **fields,
+                  hint="the running configuration is unchanged; fix the file and reload again "
+                       "(sglang-supervisor check --config FILE shows every problem)")
+        self.note = f"reload refused: {reason}"[:200]
+        self.last = {"result": "refused", "at": time.time(), "seq": self.seq, "reason": reason}
+        sup.metrics.reload_result("refused")
+        text = self.with_note(sup.lifecycle.status_text())
+        if sup.lifecycle.ready_sent and sup.lifecycle.phase in UP_PHASES:
+            sup.notifier.reloading(text)
+            sup.notifier.ready(text)
+        else:
+            sup.notifier.status(text)
+
+    def _version(self, config: Config) -> str:
+        sup = self.sup
+        if config.engine.version == sup.config.engine.version and config.engine.command == (
+                sup.config.engine.command):
+            return sup.prep.version
+        return detect_engine_version(config)

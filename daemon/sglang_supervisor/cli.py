@@ -38,6 +38,10 @@ def _add_config(p: argparse.ArgumentParser, required: bool = False) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Long because: the whole argparse surface of every subcommand in one place, read top to bottom as
+    --help prints it; each subcommand's options are a few add_argument calls that splitting would
+    only scatter.
+    """
     parser = argparse.ArgumentParser(
         prog="sglang-supervisor",
         description="Keeps a tuned SGLang server fast and alive: renders the command from a profile, "

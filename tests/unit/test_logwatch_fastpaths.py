@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_supervisor.core import logwatch
+from sglang_supervisor.core import logstats, logwatch
 from sglang_supervisor.core.events import DecodeStats, EngineEvent, PrefillStats
 from sglang_supervisor.core.logwatch import TRUNCATED_MARK, LineSplitter, LogParser
 from sglang_supervisor.engine import patterns as P
@@ -93,16 +93,16 @@ def _outcome(fn: object, *args: object) -> object:
 @settings(max_examples=300, deadline=None)
 @given(decode_lines())
 def test_decode_line_regex_equals_field_regexes(msg: str) -> None:
-    fast = _outcome(logwatch._decode_stats, msg, "TP0", 7)
-    assert fast == _outcome(logwatch._decode_stats_by_field, msg, "TP0", 7)
+    fast = _outcome(logstats.decode_stats, msg, "TP0", 7)
+    assert fast == _outcome(logstats.decode_stats_by_field, msg, "TP0", 7)
     assert isinstance(fast, DecodeStats) or "1.2.3" in msg
 
 
 @settings(max_examples=300, deadline=None)
 @given(prefill_lines())
 def test_prefill_line_regex_equals_field_regexes(msg: str) -> None:
-    fast = _outcome(logwatch._prefill_stats, msg, None, 3)
-    assert fast == _outcome(logwatch._prefill_stats_by_field, msg, None, 3)
+    fast = _outcome(logstats.prefill_stats, msg, None, 3)
+    assert fast == _outcome(logstats.prefill_stats_by_field, msg, None, 3)
     assert isinstance(fast, PrefillStats) or "1.2.3" in msg
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sglang_supervisor.commands.doctor import fallback_findings, unit_for
+from sglang_supervisor.commands.unitcheck import unit_for
+from sglang_supervisor.core.audit import fallback_findings
 from sglang_supervisor.core.unitview import (
     Need,
     UnitSandbox,

@@ -203,6 +203,10 @@ async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config,
 
 
 async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress) -> TuneResult:
+    """Long because: one trial's lifetime: the engine it spawns, the log pump and GPU sampler tasks it
+    starts, and the try/finally that stops all three whatever happened in between (failed, ready,
+    probed); the steps in between share those tasks and the trial's clock.
+    """
     config = prepared.config
     rc = prepared.renders[name]
     if rc.secret_config is not None:

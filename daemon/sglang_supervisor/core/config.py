@@ -4,9 +4,8 @@ Field names here are the contract for every other module (and docs/CONFIG.md). V
 errors name the key path, the problem and the fix. Pure: reading the file and checking the files
 it names (API key files, a local model) is `shell.configfile.load_config`'s.
 
-Size (~1000 lines): the schema, its bounds and the report that explains a violation of each are
-one contract; split, a field and the message that names its problem would drift apart.
-`_profile_problems` (~65 lines) walks every profile once, one check per kind of mistake.
+Long because: the schema, its bounds and the report that explains a violation of each are one
+contract; split, a field and the message that names its problem would drift apart.
 """
 
 from __future__ import annotations
@@ -866,6 +865,7 @@ def effective_overlay(config: Config, name: str) -> tuple[dict[str, ArgValue], d
 
 
 def _profile_problems(config: Config) -> list[ConfigProblem]:
+    """Long because: it walks every profile once, one check per kind of mistake."""
     problems: list[ConfigProblem] = []
     names = config.profile_names
     seen: set[str] = set()

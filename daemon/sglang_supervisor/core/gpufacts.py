@@ -1,5 +1,5 @@
 """What NVML says about a GPU, as plain data: the shell's adapter (shell/gpu.py) fills it in, the
-doctor's rules (core/audit.py) and the regression rules (core/regression.py) read it."""
+doctor's rules (core/audit/) and the regression rules (core/regression.py) read it."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_supervisor.core.events import EngineEvent
-from sglang_supervisor.core.logwatch import MAX_LINE_BYTES, TRUNCATED_MARK, LogParser
+from sglang_supervisor.core.linesplit import MAX_LINE_BYTES, TRUNCATED_MARK
+from sglang_supervisor.core.logwatch import LogParser
 from sglang_supervisor.engine import patterns as P
 
 _ENDS = re.compile(rb"[\r\n]")

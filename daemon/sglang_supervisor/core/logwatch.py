@@ -1,17 +1,21 @@
-"""Engine output → lines → typed events, and a summary of a whole log. Pure: no I/O here.
+"""Engine output → lines → typed events. Pure: no I/O here.
 
-`LineSplitter` turns raw bytes (as read from the engine's pipe or log file) into lines, splitting
-on `\\n` and `\\r` (tqdm redraws). `LogParser` turns lines into `events.EngineEvent`s, tolerating
-what users paste: missing timestamps, ANSI colours, progress frames glued to real lines, wrapped
-lines, tracebacks. Log strings live in `engine.patterns`.
+`LineSplitter` (core/linesplit.py) turns raw bytes (as read from the engine's pipe or log file)
+into lines, splitting on `\\n` and `\\r` (tqdm redraws). `LogParser` turns lines into
+`events.EngineEvent`s, tolerating what users paste: missing timestamps, ANSI colours, progress
+frames glued to real lines, wrapped lines, tracebacks. Log strings live in `engine.patterns`.
+
+Long because: LogParser is one state machine (an open traceback block, a wrapped stats line waiting
+for its rest, a request echo's continuation rows, draining) whose methods all read and change that
+state; the module-level helpers are its guards. The line splitter, stat-line readers and whole-log
+summary live in linesplit.py, logstats.py and logsummary.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from sglang_supervisor.core.events import (
     CaptureBegan,
@@ -38,88 +42,18 @@ from sglang_supervisor.core.events import (
     WeightsLoaded,
 )
 from sglang_supervisor.core.failures import rank as failure_rank
-from sglang_supervisor.core.failures import root_of
+from sglang_supervisor.core.linesplit import MAX_LINE_BYTES, TRUNCATED_MARK, LineSplitter
 from sglang_supervisor.core.logframing import unframe
+from sglang_supervisor.core.logstats import decode_stats, prefill_stats
+
+# The line splitter and the whole-log summary have their own modules; their names stay importable
+# from here (the parser's one entry point for callers and tests that split, parse and summarise).
+from sglang_supervisor.core.logsummary import LogSummary, root_failure, summarize
 from sglang_supervisor.core.secretforms import expand
 from sglang_supervisor.engine import patterns as P
 
-MAX_LINE_BYTES = 64 * 1024
-TRUNCATED_MARK = " [...line cut by sglang-supervisor]"
-
-
-# --------------------------------------------------------------------------------------------
-# Bytes → lines
-# --------------------------------------------------------------------------------------------
-
-
-class LineSplitter:
-    """Split a byte stream on `\\n` and `\\r`; empty frames are dropped.
-
-    A line longer than `max_line` bytes is cut (its end marked) and the rest of it discarded up
-    to the next line end, so a runaway writer can never make us buffer without limit.
-    """
-
-    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
-        self._buf = bytearray()
-        self._max = max_line
-        self._discarding = False
-
-    def feed(self, data: bytes) -> list[str]:
-        # Whole-chunk work in C (replace, find, decode, split) instead of a Python step per line:
-        # only the partial lines at the two ends of a chunk go through the buffer.
-        out: list[str] = []
-        if not data:
-            return out
-        if b"\r" in data:
-            data = data.replace(b"\r", b"\n")
-        first = data.find(b"\n")
-        if first < 0:
-            self._append(data, out)
-            return out
-        self._append(data[:first], out)
-        self._end_line(out)
-        last = data.rfind(b"\n")
-        if last > first:
-            body = data[first + 1 : last]
-            if len(body) <= self._max:
-                # No line in it can be too long. `\n` never belongs to a UTF-8 sequence, so one
-                # decode of the whole body equals a decode of each line.
-                out += [line for line in body.decode("utf-8", errors="replace").split("\n") if line]
-            else:
-                for piece in body.split(b"\n"):
-                    if len(piece) > self._max:
-                        out.append(piece[: self._max].decode("utf-8", errors="replace") + TRUNCATED_MARK)
-                    elif piece:
-                        out.append(piece.decode("utf-8", errors="replace"))
-        if last + 1 < len(data):
-            self._append(data[last + 1 :], out)
-        return out
-
-    def flush(self) -> list[str]:
-        out: list[str] = []
-        self._end_line(out)
-        return out
-
-    def _append(self, chunk: bytes, out: list[str]) -> None:
-        if self._discarding or not chunk:
-            return
-        room = self._max - len(self._buf)
-        if len(chunk) <= room:
-            self._buf += chunk
-            return
-        self._buf += chunk[:room]
-        out.append(self._buf.decode("utf-8", errors="replace") + TRUNCATED_MARK)
-        self._buf.clear()
-        self._discarding = True
-
-    def _end_line(self, out: list[str]) -> None:
-        if self._discarding:
-            self._discarding = False
-            return
-        if self._buf:
-            out.append(self._buf.decode("utf-8", errors="replace"))
-            self._buf.clear()
-
+__all__ = ["MAX_LINE_BYTES", "TRUNCATED_MARK", "LineSplitter", "LogParser", "LogSummary", "parse_bytes",
+           "parse_lines", "parse_server_args", "parse_stream", "redact", "root_failure", "summarize"]
 
 # --------------------------------------------------------------------------------------------
 # Redaction
@@ -220,11 +154,11 @@ class LogParser:
             return []
         # A stats line may go on in the next line (a terminal wrapped it): keep it for a join.
         if msg.startswith(P.DECODE_KEY):
-            stats: EngineEvent = _decode_stats(msg, rank, line_no)
+            stats: EngineEvent = decode_stats(msg, rank, line_no)
             self._prev_unmatched = (line_no, rank, msg)
             return [stats]
         if msg.startswith(P.PREFILL_KEY):
-            stats = _prefill_stats(msg, rank, line_no)
+            stats = prefill_stats(msg, rank, line_no)
             self._prev_unmatched = (line_no, rank, msg)
             return [stats]
         return self._message(msg, rank, line_no, headed=True)
@@ -308,13 +242,30 @@ class LogParser:
         if msg.startswith(P.ACCESS_LOG_PREFIX) and P.ACCESS_LOG_KEY in msg:
             return []
         if msg.startswith(P.DECODE_KEY):
-            return [_decode_stats(msg, rank, line_no)]
+            return [decode_stats(msg, rank, line_no)]
         if msg.startswith(P.PREFILL_KEY):
-            return [_prefill_stats(msg, rank, line_no)]
+            return [prefill_stats(msg, rank, line_no)]
         if P.CAPTURE_KEY in msg:
             ev = self._capture(msg, rank, line_no)
             if ev is not None:
                 return [ev]
+        tb = self._traceback(msg, rank, line_no)
+        if tb is not None:
+            return tb
+        if msg.startswith(P.CRASH_PREFIXES) or P.CHILD_CRASHED.match(msg):
+            return self._crash(msg, rank, line_no)
+        for key in P.DRAIN_KEYS:
+            if key in msg:
+                self._draining = True
+                return [Draining(line_no, rank)]
+        if msg.startswith(P.SERVER_ARGS_KEY):
+            return [ServerArgsSeen(line_no, rank, parse_server_args(msg, self._secrets))]
+        milestone = self._milestone(msg, rank, line_no)
+        return milestone if milestone is not None else self._signature(msg, rank, line_no)
+
+    def _traceback(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent] | None:
+        """A traceback's first line opens a block (closing the one before); an exception line
+        opens one too when none is open. None: not a traceback line."""
         tp_exception = msg.startswith(P.TP_EXCEPTIONS)
         if msg.startswith((P.SCHEDULER_EXCEPTION, P.TRACEBACK_START)) or tp_exception:
             if self._block is not None and msg.startswith(P.TRACEBACK_START):
@@ -331,14 +282,11 @@ class LogParser:
                                      request=self._request_error_at == line_no - 1)
             self._scan_block_line(msg, line_no)
             return [TracebackLine(line_no, rank, self._redact(msg))]
-        if msg.startswith(P.CRASH_PREFIXES) or P.CHILD_CRASHED.match(msg):
-            return self._crash(msg, rank, line_no)
-        for key in P.DRAIN_KEYS:
-            if key in msg:
-                self._draining = True
-                return [Draining(line_no, rank)]
-        if msg.startswith(P.SERVER_ARGS_KEY):
-            return [ServerArgsSeen(line_no, rank, parse_server_args(msg, self._secrets))]
+        return None
+
+    def _milestone(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent] | None:
+        """Start-up's milestones (weights, KV cache, scheduler ready, HTTP up, READY) and notices.
+        None: none of them."""
         if P.WEIGHTS_BEGIN_KEY in msg:
             m = P.WEIGHTS_BEGIN.search(msg)
             return [WeightsLoadBegan(line_no, rank, _float(m, "avail"))]
@@ -372,7 +320,7 @@ class LogParser:
             m = P.DEPRECATED.search(msg)
             if m is not None:
                 return [DeprecatedFlag(line_no, rank, m.group("flag"), m.group("new"))]
-        return self._signature(msg, rank, line_no)
+        return None
 
     def _signature(self, msg: str, rank: str | None, line_no: int) -> list[EngineEvent]:
         if _signature_gate(msg) is None:
@@ -579,75 +527,6 @@ def _float(m: re.Match[str] | None, group: str) -> float | None:
     return float(value) if value else None
 
 
-def _int_search(pattern: re.Pattern[str], msg: str) -> int | None:
-    m = pattern.search(msg)
-    return int(m.group(1)) if m else None
-
-
-def _float_search(pattern: re.Pattern[str], msg: str) -> float | None:
-    m = pattern.search(msg)
-    return float(m.group(1)) if m else None
-
-
-def _graph_used(msg: str) -> bool | None:
-    m = P.GRAPH_USED.search(msg)
-    return None if m is None else m.group(1) == "True"
-
-
-def _decode_stats(msg: str, rank: str | None, line_no: int) -> DecodeStats:
-    m = _decode_line(msg)
-    if m is None:
-        return _decode_stats_by_field(msg, rank, line_no)
-    running, accept, graph, gen, queued = m.groups()
-    return DecodeStats(
-        line_no, rank,
-        running_req=int(running),
-        queue_req=int(queued),
-        gen_throughput=float(gen),
-        cuda_graph=graph == "True",
-        accept_len=float(accept) if accept is not None else None,
-    )
-
-
-def _decode_stats_by_field(msg: str, rank: str | None, line_no: int) -> DecodeStats:
-    return DecodeStats(
-        line_no, rank,
-        running_req=_int_search(P.RUNNING_REQ, msg),
-        queue_req=_int_search(P.QUEUE_REQ, msg),
-        gen_throughput=_float_search(P.GEN_TPUT, msg),
-        cuda_graph=_graph_used(msg),
-        accept_len=_float_search(P.ACCEPT_LEN, msg),
-    )
-
-
-def _prefill_stats(msg: str, rank: str | None, line_no: int) -> PrefillStats:
-    m = _prefill_line(msg)
-    if m is None:
-        return _prefill_stats_by_field(msg, rank, line_no)
-    running, queued, graph, tput = m.groups()
-    return PrefillStats(
-        line_no, rank,
-        running_req=int(running),
-        queue_req=int(queued),
-        input_throughput=float(tput),
-        cuda_graph=graph == "True",
-    )
-
-
-def _prefill_stats_by_field(msg: str, rank: str | None, line_no: int) -> PrefillStats:
-    return PrefillStats(
-        line_no, rank,
-        running_req=_int_search(P.RUNNING_REQ, msg),
-        queue_req=_int_search(P.QUEUE_REQ, msg),
-        input_throughput=_float_search(P.INPUT_TPUT, msg),
-        cuda_graph=_graph_used(msg),
-    )
-
-
-_decode_line = P.DECODE_LINE.fullmatch
-_prefill_line = P.PREFILL_LINE.fullmatch
-
-
 def parse_server_args(msg: str, secrets: Iterable[str] = ()) -> dict[str, str]:
     """`server_args=ServerArgs(a=1, b='x')` or `server_args={'a': 1, ...}` → {"a": "1", "b": "x"},
     secrets redacted."""
@@ -711,143 +590,6 @@ def parse_bytes(data: bytes, version: str | None = None) -> list[EngineEvent]:
     """Parse a whole saved log."""
     splitter = LineSplitter()
     return parse_lines([*splitter.feed(data), *splitter.flush()], version)
-
-
-# --------------------------------------------------------------------------------------------
-# Summary (what logscan prints)
-# --------------------------------------------------------------------------------------------
-
-_CAPTURE_CLASSES = frozenset({
-    FailureClass.CAPTURE_OOM, FailureClass.CAPTURE_FAILED, FailureClass.DRAFT_CAPTURE_FAILED,
-    FailureClass.PREFILL_GRAPH_FAILED,
-})
-
-
-@dataclass(frozen=True)
-class LogSummary:
-    ready: bool
-    phase: str
-    tp_size: int | None
-    capture: dict[str, Any]
-    failure: dict[str, Any] | None
-    crashed: bool
-    last_gen_throughput: float | None
-    last_input_throughput: float | None
-    decode_cuda_graph: bool | None
-    fix: str | None = field(default=None, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        """Exactly the logscan JSON object of the issue."""
-        return {
-            "ready": self.ready,
-            "phase": self.phase,
-            "tp_size": self.tp_size,
-            "capture": self.capture,
-            "failure": self.failure,
-            "crashed": self.crashed,
-            "last_gen_throughput": self.last_gen_throughput,
-            "last_input_throughput": self.last_input_throughput,
-            "decode_cuda_graph": self.decode_cuda_graph,
-        }
-
-
-def root_failure(events: Sequence[EngineEvent]) -> EngineFailed | None:
-    """The cause among the failure signatures (core/failures.root_of: the one ranker the daemon
-    uses too)."""
-    return root_of([e for e in events if isinstance(e, EngineFailed)],
-                   [e.line_no for e in events if isinstance(e, EngineCrashed)])
-
-
-# Lines only the scheduler / model runner print: with no rank prefix on them, tp_size is 1.
-_SCHEDULER_EVENTS = (WeightsLoadBegan, WeightsLoaded, KVCacheAllocated, CaptureBegan, CaptureEnded,
-                     SchedulerReady, DecodeStats, PrefillStats)
-
-_PHASES = ("launching", "loading_weights", "capturing_graphs", "warming_up", "ready", "serving")
-
-
-def summarize(events: Sequence[EngineEvent]) -> LogSummary:
-    phase = 0
-    ready = False
-    draining = False
-    crashed = False
-    tp_size: int | None = None
-    max_tp = -1
-    cap_events: list[dict[str, Any]] = []
-    open_caps: set[tuple[str, str, str | None]] = set()
-    began = False
-    gen: float | None = None
-    inp: float | None = None
-    decode_graph: bool | None = None
-    unranked_scheduler = False
-    for e in events:
-        if e.rank is None and isinstance(e, _SCHEDULER_EVENTS):
-            unranked_scheduler = True
-        if e.rank and "TP" in e.rank:
-            digits = e.rank.rsplit("TP", 1)[1].split()[0]
-            if digits.isdigit():
-                max_tp = max(max_tp, int(digits))
-        if isinstance(e, ServerArgsSeen):
-            raw = e.args.get("tp_size")
-            if raw and raw.isdigit():
-                tp_size = int(raw)
-        elif isinstance(e, (WeightsLoadBegan, WeightsLoaded, KVCacheAllocated)):
-            phase = max(phase, 1)
-        elif isinstance(e, CaptureBegan):
-            phase = max(phase, 2)
-            began = True
-            open_caps.add((e.owner, e.phase, e.rank))
-            cap_events.append({"kind": f"{e.owner} {e.phase}", "state": "begin", "rank": e.rank,
-                               "elapsed_s": None})
-        elif isinstance(e, CaptureEnded):
-            open_caps.discard((e.owner, e.phase, e.rank))
-            cap_events.append({"kind": f"{e.owner} {e.phase}", "state": "end", "rank": e.rank,
-                               "elapsed_s": e.elapsed_s})
-        elif isinstance(e, (SchedulerReady, HttpUp)):
-            phase = max(phase, 3)
-        elif isinstance(e, ServerReady):
-            phase = max(phase, 4)
-            ready = True
-        elif isinstance(e, DecodeStats):
-            gen = e.gen_throughput if e.gen_throughput is not None else gen
-            decode_graph = e.cuda_graph if e.cuda_graph is not None else decode_graph
-            if ready:
-                phase = max(phase, 5)
-        elif isinstance(e, PrefillStats):
-            inp = e.input_throughput if e.input_throughput is not None else inp
-        elif isinstance(e, Draining):
-            draining = True
-        elif isinstance(e, EngineCrashed) and not draining:
-            crashed = True
-    root = root_failure(events)
-    failed_capture = root is not None and (
-        root.failure in _CAPTURE_CLASSES or (bool(open_caps) and not ready)
-    )
-    if tp_size is None and max_tp >= 0:
-        tp_size = max_tp + 1
-    elif tp_size is None and unranked_scheduler:
-        tp_size = 1  # SGLang prefixes scheduler lines with a rank only when tp_size > 1
-    failure = None if root is None else {"class": root.failure.value, "message": root.message,
-                                         "line": root.line_no}
-    fix = None if root is None else P.FIX_HINTS.get(root.failure)
-    if failure is None and crashed:
-        # A sigquit / `Killed` with no cause printed: the crash is the failure we can name.
-        first = next(e for e in events if isinstance(e, EngineCrashed))
-        failure = {"class": FailureClass.CHILD_CRASHED.value, "message": first.message,
-                   "line": first.line_no}
-        fix = P.FIX_HINTS[FailureClass.CHILD_CRASHED]
-    return LogSummary(
-        ready=ready,
-        phase=_PHASES[phase],
-        tp_size=tp_size,
-        capture={"began": began, "completed": began and not open_caps, "failed": failed_capture,
-                 "events": cap_events},
-        failure=failure,
-        crashed=crashed,
-        last_gen_throughput=gen,
-        last_input_throughput=inp,
-        decode_cuda_graph=decode_graph,
-        fix=fix,
-    )
 
 
 def parse_stream(read: Callable[[int], bytes], version: str | None = None,

@@ -232,6 +232,10 @@ def evaluate(
 
     `samples`: decode tok/s of this start's successful probes, oldest first, including the one just
     taken. `confirmed`: the newest sample is the immediate re-probe asked for by `Reprobe`.
+
+    Long because: one decision table read top to bottom, first match wins (successor being measured,
+    no baseline, not regressed, unconfirmed, explained, disabled, act); each row is a few lines and
+    their order is the policy, which a split would hide.
     """
     window_median = statistics.median(samples[-settings.window:]) if samples else None
     ratio = window_median / baseline if window_median is not None and baseline else None

@@ -14,7 +14,7 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sglang_supervisor.core.audit import Finding
+from sglang_supervisor.core.audit.findings import Finding
 
 HOME_DIRS = ("/home", "/root", "/run/user")
 # ProtectSystem= level -> the trees it makes read-only (strict: everything but the API file systems)

@@ -16,9 +16,6 @@ and the 0.5.14 wheel's server_args.py `_parse_cuda_graph_config` / `_apply_cuda_
   tc_piecewise on 0.5.14 (off by the same rule list as <=0.5.13) and breakable from 0.5.15 (off
   by the breakable rules). Every rank then logs either its prefill capture or
   `Disable prefill CUDA graph because ...`, which settles a prefill capture the gate expected.
-
-`_prefill` (~75 lines) is SGLang's precedence cascade in its order, in one place: split, the
-order that is the rule would no longer be readable.
 """
 
 from __future__ import annotations
@@ -125,6 +122,11 @@ def _decode(flags: Flags) -> PhaseVerdict:
 
 
 def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdict:
+    """Long because: SGLang's precedence cascade in the order its server_args applies it, first
+    match wins (the explicit backend and its aliases, removed tc_piecewise, the disable flags, the
+    rules that ignore the lock, the lock, then the auto-disable rules); split, the order that is
+    the rule would no longer be readable.
+    """
     aliases = not at_least(version, ALIASES_REMOVED)
     cfg = _graph_config_json(flags)
     explicit = _phase_backend_from_json(cfg, "prefill") or flags.get("--cuda-graph-backend-prefill")

@@ -14,6 +14,10 @@ hand-over and one write per 64 KiB, so the supervisor keeps up with it instead o
 
 Nothing here may stop reading either pipe: a full disk, a deleted log file or a stuck journald are
 counted, never raised. A full pipe would freeze SGLang mid-capture.
+
+Long because: the pump thread and what only it drives: the redactor of each stream, the rotating
+byte log it writes (size rotation, full-disk spells) and its priority for forwarding; they share the
+thread's contract of never blocking the engine and are tested together through the pump.
 """
 
 from __future__ import annotations

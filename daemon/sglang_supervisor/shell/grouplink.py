@@ -13,9 +13,9 @@ Worker (node R > 0): `WorkerNode` runs instead of the Supervisor. It never reads
 launcher printed the dummy server line after every local capture ended, and failed when the
 launcher exits or one of its scheduler processes is gone.
 
-Size (~500 lines): both ends of one wire protocol (its bounds and parsing) live in one file.
-`WorkerNode.run` (~70 lines) is the worker's one polling loop, start to exit: the decision is
-`group.worker_decide`'s, and the loop reads best as one sequence (watchdog, exchange, act, report).
+Long because: both ends of one wire protocol (its bounds and parsing) live in one file, LeaderLink
+serving what WorkerNode posts and reads, so the wire's two sides change together; the messages and
+every decision are core/group.py's.
 """
 
 from __future__ import annotations
@@ -390,6 +390,11 @@ class WorkerNode:
     # -- main loop --------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        """Long because: the worker node's one loop: signal handlers installed around it and removed in
+        its finally, the watchdog, the exchange with the leader, the pure decision
+        (group.worker_decide) and its execution; the view, the last answer's time and the engine it
+        started are carried across iterations and seen by the finally clause.
+        """
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)

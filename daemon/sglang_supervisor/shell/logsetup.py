@@ -13,6 +13,11 @@ that cannot be written are counted (`dropped_lines()`).
 
 Known secrets registered with `set_redactions` are replaced by `***` in everything written here,
 supervisor events and forwarded engine output alike.
+
+Long because: one process-wide structlog configuration: the three formats (journald with native
+fields, JSON, console), the bounded background sink they all write through and the engine-line
+forwarding that uses the same sink and redactions; every part reads the module state set by
+configure_logging.
 """
 
 from __future__ import annotations
@@ -401,6 +406,25 @@ class _State:
 _state = _State()
 
 
+def _processors(resolved: ResolvedFormat, sink: _Sink) -> list[Processor]:
+    """structlog's processor chain for one output format."""
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+    ]
+    if resolved == "journald":
+        return [*shared, structlog.processors.format_exc_info,
+                _JournaldRenderer(sink.native, _state.identifier)]
+    if resolved == "json":
+        return [*shared, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                # Never show_locals: a frame's locals may hold the API key.
+                structlog.processors.ExceptionRenderer(
+                    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)),
+                structlog.processors.JSONRenderer(default=str)]
+    return [*shared, structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
+            structlog.dev.ConsoleRenderer(colors=_state.colors)]
+
+
 def configure_logging(
     fmt: LogFormat = "auto",
     stream: IO[str] | None = None,
@@ -441,23 +465,7 @@ def configure_logging(
     _state.identifier = identifier or os.path.basename(sys.argv[0] or "") or "sglang-supervisor"
     _state.heads = {}
 
-    shared: list[Processor] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-    ]
-    processors: list[Processor]
-    if resolved == "journald":
-        processors = [*shared, structlog.processors.format_exc_info,
-                      _JournaldRenderer(sink.native, _state.identifier)]
-    elif resolved == "json":
-        processors = [*shared, structlog.processors.TimeStamper(fmt="iso", utc=True),
-                      # Never show_locals: a frame's locals may hold the API key.
-                      structlog.processors.ExceptionRenderer(
-                          structlog.tracebacks.ExceptionDictTransformer(show_locals=False)),
-                      structlog.processors.JSONRenderer(default=str)]
-    else:
-        processors = [*shared, structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
-                      structlog.dev.ConsoleRenderer(colors=_state.colors)]
+    processors = _processors(resolved, sink)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_state.min_level),

@@ -4,6 +4,10 @@ Conventions: namespace `sglang_supervisor_`, base units (seconds, bytes, ratios 
 hertz), `_total` only on counters, label values from small sets (free-form strings are capped by
 `_BoundedLabel`). The endpoint runs inside the supervisor's asyncio loop (uvicorn.Server as a task)
 and never installs signal handlers: the supervisor owns SIGTERM.
+
+Long because: the metric catalogue (every name, type, unit and label set in one place, so
+conventions are checked at a glance), the GPU collector that fills part of it and the endpoint that
+serves it with /healthz, /status, /readyz and /livez.
 """
 
 from __future__ import annotations
@@ -124,6 +128,10 @@ class SupervisorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, gpu_collector: Collector | None = None,
                  with_gpu: bool = True):
+        """Long because: it declares every supervisor metric, one prometheus_client constructor per
+        metric with its help text: a table, kept in one place so names, units and labels can be
+        reviewed together.
+        """
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.state = Enum(f"{NS}_state", "supervisor phase", states=list(STATES), registry=r)

@@ -4,6 +4,10 @@ It probes only when the engine is idle (busy is not slow), reads passive through
 keeps the per-fingerprint baseline through the state store, asks `regression.evaluate` what to
 do and hands acting decisions to the supervisor through `on_decision`. The supervisor acts
 (restarts, switches profiles) and keeps `monitor.remediation` across engine restarts.
+
+Long because: ThroughputMonitor is one loop with one state (probe schedule, idle detection, passive
+rates, stuck detection, baselines, the remediation carried across restarts), read and written by
+every step of the loop.
 """
 
 from __future__ import annotations
@@ -135,6 +139,10 @@ class ThroughputMonitor:
         on_passive_tps: Callable[[float], None] | None = None,
         decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL,
     ):
+        """Long because: its signature alone is twenty collaborators and settings, one a line, and
+        the body declares every field of the loop's state (baseline, samples, idle and stuck
+        detection, passive rates, STATUS= hooks) in one place; there is no step to name.
+        """
         self.base_url = base_url.rstrip("/")
         self.settings = settings
         self.metrics = metrics

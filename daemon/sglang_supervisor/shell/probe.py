@@ -6,6 +6,10 @@ raises for engine misbehaviour: errors, garbage bodies and hangs become `ProbeRe
 
 Decode tok/s counts tokens with the server's `completion_tokens`, not chunks: speculative decoding
 and `--stream-interval` put several tokens in one chunk.
+
+Long because: the probe's shape, its pure stream maths, the HTTP shell that runs it and the /health
+and /metrics reads the same loop makes: one measured exchange with the engine, whose parts are
+tested against each other (hand-computed streams, the simulator).
 """
 
 from __future__ import annotations

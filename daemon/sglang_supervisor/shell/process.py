@@ -17,6 +17,10 @@ of its own (no `Delegate=`: systemd kills the unit's leftovers only when the sup
 at intervals, and the engine's tag in their environment. The supervisor is a child subreaper, so
 an escapee whose parent died is re-parented to us (not to init) and its chain stays visible; such
 adopted processes are ours to reap.
+
+Long because: one engine's process family: spawn (own session, PDEATHSIG), stop of the whole group
+and of the descendants that left it, and the /proc walk that finds them; they share the tag and the
+pid bookkeeping that makes stopping complete.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ its family, stop it. One engine at a time; every fact goes to the lifecycle thro
 Threads: only the log pump reads the engine's pipe (its own thread). The engine is spawned from
 the loop's thread, which lives as long as the supervisor (PDEATHSIG is per thread).
 
-Size (~410 lines): one engine's life, spawn to reaped, in one place; the waits for a busy GPU or
-port belong to it (they decide when the next spawn may happen).
+Long because: one engine's life, spawn to reaped, in one place; the waits for a busy GPU or port
+belong to it (they decide when the next spawn may happen).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ The file is untrusted input (an operator's editor, a disk error, another program
 with a size cap, parsed with explicit type and range checks (finite numbers, bounded counts and
 names), and anything else, whatever the content, is moved aside with a warning naming where it
 went. The daemon then starts without remembered profiles instead of crashing or crash-looping.
+
+Long because: the persisted state's data model, its JSON schema and every recovery from a bad file
+(moved aside, never a crash) belong with the store that reads and writes it atomically under a lock:
+one file format and its only reader and writer.
 """
 
 from __future__ import annotations

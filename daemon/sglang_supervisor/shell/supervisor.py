@@ -14,8 +14,8 @@ on the loop's thread (`feed`: no await inside, so one input is handled whole bef
 What comes from outside (signals, SIGHUP, timers) goes through the inbox, so that a reload, which
 awaits the file and the engine's version, finishes before the next of those is looked at.
 
-Size (~430 lines): the action executor (one branch per action) and the start-up and shutdown
-order stay together, so the order of effects reads in one place; every job of its own is a part.
+Long because: the action executor (one branch per action) and the start-up and shutdown order
+stay together, so the order of effects reads in one place; every job of its own is a part.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ The emulated parser is built from the engine's generated flag catalogue, so ever
 that release is accepted and anything else exits 2 with argparse's own `usage:` + `error:` text
 under SGLang's program name (`sglang serve`). The `--sim-*` flags are taken off first by a
 separate parser, so they never show up in the emulated usage or errors.
+
+Long because: the emulated SGLang parser, the --sim-* parser, the --config file expansion and the
+resolution into SimConfig are one command line, read in the order SGLang reads it; the flag set
+itself comes from the generated catalogue.
 """
 
 from __future__ import annotations
@@ -338,7 +342,13 @@ def resolve(
     spec: versions.VersionSpec,
     catalog: FlagCatalog,
 ) -> SimConfig:
-    """Turn parsed flags into the simulated engine's settings (pure)."""
+    """Turn parsed flags into the simulated engine's settings (pure).
+
+    Long because: it derives every setting SGLang derives at start-up (the tp and node checks,
+    speculative defaults, max running requests, context length, the resolved server_args, the
+    deprecated aliases given) and builds the throughput profile and SimConfig from them, one
+    constructor each; the derived values feed both, field by field.
+    """
     get = vars(ns).get
     model_path: str = ns.model_path
     tp = int(get("tp_size") or get("tensor_parallel_size") or 1)

@@ -5,6 +5,10 @@ detokenizer children, wait for every rank's `ready` (a rank dying -> exit 1; a r
 `kill_process_tree` -> -9). SIGTERM has its default action here, as in SGLang before the HTTP
 server runs. Running phase: uvicorn on the port (bound only now), warmup request, ready line,
 faults on their timers, SIGTERM drain, the SubprocessWatchdog.
+
+Long because: Launcher is SGLang's launcher process through both of its phases (launch: children and
+their readiness; running: uvicorn, faults, drain, watchdog); its signal handlers, children and fault
+timers are shared by both phases and by the multi-node rendezvous.
 """
 
 from __future__ import annotations
@@ -237,6 +241,11 @@ class Launcher:
     # -- running phase -------------------------------------------------------------------------
 
     async def _serve(self) -> int:
+        """Long because: SGLang's running phase in its order: the scheduler link, the startup graph
+        timings, the engine and its API, uvicorn bound only now (a port race reproduced), the faults
+        armed, then the drain on stop; each step's objects are the next step's inputs, and that
+        order is what the simulator reproduces.
+        """
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         engine = serving.Engine(cfg, self.log)

@@ -142,7 +142,12 @@ def _one_of(spec: str, what: str, value: str, allowed: Sequence[str]) -> str:
 
 
 def parse_fault(spec: str) -> Fault:
-    """Parse one SPEC (grammar in GRAMMAR_HELP). Raises FaultSpecError with the fix."""
+    """Parse one SPEC (grammar in GRAMMAR_HELP). Raises FaultSpecError with the fix.
+
+    Long because: the fault grammar (GRAMMAR_HELP) in one parser: the qualifiers are read once, then
+    one branch per fault kind checks its arguments and builds the Fault, so the grammar and its
+    error messages can be read next to each other.
+    """
     text = spec.strip()
     if not text:
         raise FaultSpecError("empty fault spec; see `sglang-sim --help` for the grammar")

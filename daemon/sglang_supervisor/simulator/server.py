@@ -1,4 +1,9 @@
-"""SGLang's HTTP API over the simulated engine (starlette; served by uvicorn like SGLang)."""
+"""SGLang's HTTP API over the simulated engine (starlette; served by uvicorn like SGLang).
+
+Long because: Api is SGLang's HTTP surface (native, OpenAI, health, metrics, admin routes) over one
+simulated engine; each route is short and they share the engine, the auth check and the fault hooks,
+so the surface reads as one table of routes.
+"""
 
 from __future__ import annotations
 
@@ -306,6 +311,10 @@ class Api:
         return await self._openai(req, body, chat=True)
 
     async def _openai(self, req: serving.Request, body: dict[str, Any], *, chat: bool) -> Response:
+        """Long because: one OpenAI endpoint in both of its shapes (chat and text completion, streamed
+        as SSE and not), which differ only in field names and framing; the four answers are built
+        side by side so they stay the same as SGLang's.
+        """
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         model = body.get("model") or self.cfg.served_model_name
         created = int(time.time())

@@ -5,6 +5,9 @@ steps whose duration comes from `throughput.step_seconds` for the current batch 
 speculative decoding each step yields the accept length in tokens. Every `--decode-log-interval`
 steps TP0 prints `Decode batch, ...`. The loop sleeps on an event when idle (no CPU) and
 coalesces steps shorter than 10 ms into one wake-up.
+
+Long because: Engine is the simulated scheduler: one batch loop with its queue, running set, pacing
+clock, wedge state and log lines; the parts change the same state on every step.
 """
 
 from __future__ import annotations
@@ -258,6 +261,10 @@ class Engine:
         return throughput.single_stream_tps(self.profile, eager=self.eager) * self.rate_multiplier
 
     async def run(self) -> None:
+        """Long because: the scheduler's one loop (wake, heartbeat, prefill, paced decode step, stats
+        line, finish) paced against an absolute schedule; the pacing variables live across
+        iterations, so the steps share them.
+        """
         loop = asyncio.get_running_loop()
         window_tokens = 0
         window_start = loop.time()

@@ -5,6 +5,10 @@ target prefill graph, target decode (or verify) graph, draft prefill/decode/exte
 model's MTP draft logs why it has no prefill graph instead), then the
 `max_total_num_tokens=` line on TP0. Progress bars and the draft decode/extend lines print on
 TP0 only, as in SGLang (`log_info_on_rank0`). Durations are unscaled simulated seconds.
+
+Long because: every rank's startup is one ordered script built by phase helpers that share _Phases
+(clock, memory, faults, log lines); the order is SGLang's scheduler init, which the fixtures of real
+logs check.
 """
 
 from __future__ import annotations
@@ -355,7 +359,12 @@ def _capture(  # noqa: PLR0917 - one call per graph kind, each naming all of the
     end_extra: str = "",
     on_all_ranks: bool = True,
 ) -> None:
-    """One graph capture: begin line, progress bar, end line; or the failure/hang/crash."""
+    """One graph capture: begin line, progress bar, end line; or the failure/hang/crash.
+
+    Long because: its signature names the facts every graph kind differs by, one a line, and its
+    body is one capture's outcomes in the order a fault decides them (this rank fails, another rank
+    fails, hang, crash, success with its version's end line).
+    """
     cfg = p.cfg
     printed = on_all_ranks or p.rank == 0
     legacy = cfg.spec.capture_style == "legacy"
@@ -425,7 +434,12 @@ def capture_timings(cfg: SimConfig) -> dict[str, float]:
 
 
 def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[Step]:
-    """The whole startup of TP rank `rank`, ending in `ready` (or a failure)."""
+    """The whole startup of TP rank `rank`, ending in `ready` (or a failure).
+
+    Long because: SGLang's scheduler init in its order (weights, draft weights, KV pools, prefill
+    graph, decode or verify graph, draft graphs, the ready line), each phase a few steps or one
+    helper call; the order is what the fixtures of real logs check.
+    """
     p = _Phases(cfg, rank, faults)
     refused = refused_on_this_gpu(cfg)
     if refused is not None:

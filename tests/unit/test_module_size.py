@@ -1,0 +1,111 @@
+"""Small modules and short functions, or a stated reason (issue 13, item 5).
+
+A module of more than 400 lines, or a function of more than 60, says why it is one unit in its
+docstring, on a line that starts with `Long because:` (a table, a schema, an argparse surface, one
+state machine...). A reason is a claim a reviewer can check; a number is not a reason, so the
+marker needs words after it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "daemon" / "sglang_supervisor"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+MARKER = "Long because:"
+MIN_REASON_CHARS = 20
+# Long modules and functions owned by work in progress elsewhere, each still over its limit
+# (test_known_debt_is_still_real), so that this set can only shrink: give each a reason or split it.
+KNOWN_DEBT: set[str] = set()
+
+
+def _has_reason(doc: str | None) -> bool:
+    for raw in (doc or "").splitlines():
+        line = raw.strip()
+        if line.startswith(MARKER) and len(line[len(MARKER):].strip()) >= MIN_REASON_CHARS:
+            return True
+    return False
+
+
+def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    return (node.end_lineno or node.lineno) - node.lineno + 1
+
+
+def long_units(path: Path) -> list[tuple[str, int]]:
+    """(name, lines) of the module, if long, and of every long function or method in it; decorators
+    do not count, the docstring does (it is part of what a reader reads)."""
+    text = path.read_text()
+    tree = ast.parse(text, str(path))
+    out: list[tuple[str, int]] = []
+    lines = len(text.splitlines())
+    if lines > MAX_MODULE_LINES:
+        out.append(("<module>", lines))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _length(node) > MAX_FUNCTION_LINES:
+            out.append((node.name, _length(node)))
+    return out
+
+
+def unexplained(path: Path) -> list[str]:
+    """Every long unit of `path` whose docstring gives no reason, as 'name (N lines)'."""
+    text = path.read_text()
+    tree = ast.parse(text, str(path))
+    bad: list[str] = []
+    lines = len(text.splitlines())
+    if lines > MAX_MODULE_LINES and not _has_reason(ast.get_docstring(tree)):
+        bad.append(f"<module> ({lines} lines)")
+    for node in ast.walk(tree):
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _length(node) > MAX_FUNCTION_LINES
+                and not _has_reason(ast.get_docstring(node))):
+            bad.append(f"{node.name}:{node.lineno} ({_length(node)} lines)")
+    return bad
+
+
+FILES = sorted(PKG.rglob("*.py"))
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(PKG))
+
+
+@pytest.mark.parametrize("path", FILES, ids=_rel)
+def test_long_units_say_why(path: Path) -> None:
+    if _rel(path) in KNOWN_DEBT:
+        pytest.skip("known debt (KNOWN_DEBT)")
+    bad = unexplained(path)
+    assert bad == [], (f"{_rel(path)}: {bad} exceed {MAX_MODULE_LINES} lines per module / "
+                       f"{MAX_FUNCTION_LINES} per function: split them into parts named for what "
+                       f"they hold, or say why each is one unit on a '{MARKER} ...' line of its docstring")
+
+
+def test_known_debt_is_still_real() -> None:
+    paid = sorted(rel for rel in KNOWN_DEBT if not unexplained(PKG / rel))
+    assert paid == [], f"remove these from KNOWN_DEBT, they are within the limits or explained: {paid}"
+
+
+def test_the_checker_sees_long_units(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""A module."""\n\n\ndef long():\n    """Does things."""\n' + body + "\n\n\n"
+                   + "\n" * MAX_MODULE_LINES
+                   + 'def short():\n    """Long because: it is not."""\n')
+    assert unexplained(bad) == [f"<module> ({MAX_MODULE_LINES + 69} lines)",
+                                f"long:4 ({MAX_FUNCTION_LINES + 2} lines)"]
+    assert [name for name, _ in long_units(bad)] == ["<module>", "long"]
+
+
+def test_a_reason_silences_it_and_a_bare_marker_does_not(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    ok = tmp_path / "ok.py"
+    ok.write_text('"""A module.\n\nLong because: one table of every flag, row per flag.\n"""\n\n\n'
+                  'def long():\n    """Does things.\n\n'
+                  '    Long because: one match over every input kind.\n    """\n'
+                  + body + "\n" + "\n" * MAX_MODULE_LINES)
+    assert unexplained(ok) == []
+    bare = tmp_path / "bare.py"
+    bare.write_text('"""Long because: 500 lines."""\n' + "\n" * MAX_MODULE_LINES)
+    assert unexplained(bare) == [f"<module> ({MAX_MODULE_LINES + 1} lines)"]

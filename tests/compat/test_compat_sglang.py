@@ -10,6 +10,7 @@ import pytest
 
 from sglang_supervisor.commands.doctor import run_argcheck
 from sglang_supervisor.core import profiles
+from sglang_supervisor.engine import migrate
 from sglang_supervisor.engine import sglang as engine
 from sglang_supervisor.engine.detect import is_simulator
 from sglang_supervisor.shell.configfile import load_config
@@ -75,7 +76,7 @@ def test_every_rename_is_confirmed_by_sglang_0523(real_sglang_0523: str) -> None
     old_catalog = engine.flag_catalog("0.5.13")
     target = engine.flag_catalog("0.5.23")
     argvs: dict[str, list[str]] = {}
-    for rule in engine._FORWARD:
+    for rule in migrate._FORWARD:
         old = (
             [rule.old, rule.old_value]
             if rule.old_value
@@ -88,7 +89,7 @@ def test_every_rename_is_confirmed_by_sglang_0523(real_sglang_0523: str) -> None
         argvs[f"old {rule.old}"] = [*MODEL, *old]
         argvs[f"new {rule.old}"] = [*MODEL, *migrated.args]
     answer = check(real_sglang_0523, argvs)["results"]
-    for rule in engine._FORWARD:
+    for rule in migrate._FORWARD:
         rejected = answer[f"old {rule.old}"]
         # Unknown, or an ambiguous prefix of the new per-phase names (argparse rc 2 either way).
         assert rule.old in rejected["unknown"] or rule.old in (rejected["error"] or ""), (rule, rejected)
@@ -107,7 +108,7 @@ def test_every_backward_rename_is_confirmed_by_sglang_0513(real_sglang_0513: str
     """New per-phase flag rejected by 0.5.13, the legacy flag ENGINE migrates it to accepted."""
     new_catalog = engine.flag_catalog("0.5.23")
     argvs: dict[str, list[str]] = {}
-    for i, rule in enumerate(engine._BACKWARD):
+    for i, rule in enumerate(migrate._BACKWARD):
         value = [rule.old_value] if rule.old_value else _sample_value(rule.old, new_catalog)
         new = [rule.old, *value]
         migrated = engine.migrate_args(new, "0.5.13")
@@ -115,7 +116,7 @@ def test_every_backward_rename_is_confirmed_by_sglang_0513(real_sglang_0513: str
         argvs[f"new {i}"] = [*MODEL, *new]
         argvs[f"old {i}"] = [*MODEL, *migrated.args]
     answer = check(real_sglang_0513, argvs)["results"]
-    for i, rule in enumerate(engine._BACKWARD):
+    for i, rule in enumerate(migrate._BACKWARD):
         rejected = answer[f"new {i}"]
         assert rule.old in rejected["unknown"] or rule.old in (rejected["error"] or ""), (rule, rejected)
         old = answer[f"old {i}"]
@@ -127,7 +128,7 @@ def test_forward_renames_are_accepted_by_sglang_0517(real_sglang_0517: str) -> N
     old_catalog = engine.flag_catalog("0.5.13")
     target = engine.flag_catalog("0.5.17")
     argvs: dict[str, list[str]] = {}
-    for i, rule in enumerate(engine._FORWARD):
+    for i, rule in enumerate(migrate._FORWARD):
         value = [rule.old_value] if rule.old_value else _sample_value(rule.old, old_catalog)
         old = [rule.old, *value]
         if len(old) == 1 and rule.new_value is None:

@@ -58,7 +58,8 @@ def bench_config(work: Path, engine_faults: str = "", **timeouts: float) -> dict
                              "kill_s": 5, "gpu_release_s": 0, "health_interval_s": 1,
                              "health_timeout_s": 2, "health_failures": 2, **timeouts})
     # Respawn latency is the supervisor's own reaction: the configured pause is excluded.
-    data["restart"].update({"backoff_s": 0.0, "same_profile_retries": 1000})
+    # 100 is the most the configuration allows; one run restarts at most --starts (50) times.
+    data["restart"].update({"backoff_s": 0.0, "same_profile_retries": 100})
     return data
 
 

@@ -23,13 +23,15 @@ READY = b"The server is fired up and ready to roll"
 
 def main() -> int:
     stamps = os.open(os.environ["BENCH_STAMPS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # SGLang logs (the ready line included) on stderr and writes request records on stdout; the
+    # supervisor parses only stderr, so stderr is relayed and stamped, stdout inherited as is.
+    child = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
-    out = sys.stdout.fileno()
+    out = sys.stderr.fileno()
     seen_ready = False
-    assert child.stdout is not None
-    src = child.stdout.fileno()
+    assert child.stderr is not None
+    src = child.stderr.fileno()
     tail = b""
     while True:
         try:

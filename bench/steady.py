@@ -22,7 +22,7 @@ def phase(seconds: float, lines_per_s: float,
             corpus = work / "serving.log"
             ingest.build_corpus(corpus, 20_000)
             flood = f'"{data["engine"]["command"][0]}" "{HERE / "flood_writer.py"}" "{corpus}" ' \
-                    f'{lines_per_s} {seconds + 120} &'
+                    f'{lines_per_s} {seconds + 120} 1>&2 &'  # engine log lines come on stderr
             data["engine"]["command"] = ["sh", "-c", flood + '\nexec "$@"', "sh", *data["engine"]["command"]]
         d = BenchDaemon(work, data)
         try:

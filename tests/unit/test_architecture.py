@@ -18,9 +18,6 @@ FORBIDDEN_IN_CORE = {"asyncio", "httpx", "os", "subprocess", "socket", "time", "
                      "shutil", "tempfile", "pathlib", "select", "selectors"}
 LAYERS_CORE_MAY_NOT_USE = ("sglang_supervisor.shell", "sglang_supervisor.commands",
                            "sglang_supervisor.simulator", "sglang_supervisor.cli")
-# Imports that are known to break the rule and are being taken out; each entry must still be true
-# (test_known_debt_is_still_real) so that this list can only shrink.
-KNOWN_DEBT: set[tuple[str, str]] = set()  # all paid; add none
 
 
 def _imports(path: Path) -> set[str]:
@@ -56,13 +53,8 @@ def test_the_layout_exists() -> None:
 @pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: str(p.relative_to(PKG)))
 def test_core_is_pure(path: Path) -> None:
     rel = str(path.relative_to(PKG))
-    unexpected = {v for v in _violations(path) if (rel, v) not in KNOWN_DEBT}
+    unexpected = _violations(path)
     assert unexpected == set(), f"{rel} imports {sorted(unexpected)}: take the fact as an argument"
-
-
-def test_known_debt_is_still_real() -> None:
-    stale = {(rel, v) for rel, v in KNOWN_DEBT if v not in _violations(PKG / rel)}
-    assert stale == set(), f"remove these paid debts from KNOWN_DEBT: {sorted(stale)}"
 
 
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:

@@ -18,9 +18,6 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 MARKER = "Long because:"
 MIN_REASON_CHARS = 20
-# Long modules and functions owned by work in progress elsewhere, each still over its limit
-# (test_known_debt_is_still_real), so that this set can only shrink: give each a reason or split it.
-KNOWN_DEBT: set[str] = set()
 
 
 def _has_reason(doc: str | None) -> bool:
@@ -74,17 +71,10 @@ def _rel(path: Path) -> str:
 
 @pytest.mark.parametrize("path", FILES, ids=_rel)
 def test_long_units_say_why(path: Path) -> None:
-    if _rel(path) in KNOWN_DEBT:
-        pytest.skip("known debt (KNOWN_DEBT)")
     bad = unexplained(path)
     assert bad == [], (f"{_rel(path)}: {bad} exceed {MAX_MODULE_LINES} lines per module / "
                        f"{MAX_FUNCTION_LINES} per function: split them into parts named for what "
                        f"they hold, or say why each is one unit on a '{MARKER} ...' line of its docstring")
-
-
-def test_known_debt_is_still_real() -> None:
-    paid = sorted(rel for rel in KNOWN_DEBT if not unexplained(PKG / rel))
-    assert paid == [], f"remove these from KNOWN_DEBT, they are within the limits or explained: {paid}"
 
 
 def test_the_checker_sees_long_units(tmp_path: Path) -> None:

@@ -24,20 +24,23 @@ FIXTURES = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200"
 SERVING = re.compile(rb"Decode batch|Prefill batch|\"(GET|POST) /")
 
 
-def build_corpus(path: Path, min_lines: int, startup_heavy: bool = False) -> int:
+def build_corpus(path: Path, min_lines: int, startup_heavy: bool = False,
+                 serving_only: bool = False) -> int:
     """A large real-format engine log: every fixture log once (startups, captures, failures,
     tracebacks), then the serving-phase lines of those logs (decode/prefill stats, HTTP access
     lines) repeated to `min_lines`, as a long-running server's log is. `startup_heavy` repeats
-    whole logs instead (one 14 kB server_args dump per ~170 lines: a crash-looping engine)."""
+    whole logs instead (one 14 kB server_args dump per ~170 lines: a crash-looping engine).
+    `serving_only` leaves the whole logs out: output added to a live supervised engine must not
+    carry other starts' ready, capture and failure lines, which the supervisor would act on."""
     chunks = [p.read_bytes() for p in sorted(FIXTURES.rglob("*.log"))]
     whole = b"".join(c if c.endswith(b"\n") else c + b"\n" for c in chunks)
     body = whole if startup_heavy else b"".join(
         line for line in whole.splitlines(keepends=True) if SERVING.search(line))
     per = body.count(b"\n")
-    head = 0 if startup_heavy else whole.count(b"\n")
+    head = 0 if startup_heavy or serving_only else whole.count(b"\n")
     reps = max(1, -(-(min_lines - head) // per))
     with open(path, "wb") as f:
-        if not startup_heavy:
+        if head:
             f.write(whole)
         for _ in range(reps):
             f.write(body)

@@ -20,7 +20,7 @@ def phase(seconds: float, lines_per_s: float,
         data["probe"].update({"interval_s": probe_interval_s, "input_tokens": 64, "max_new_tokens": 32})
         if lines_per_s > 0:
             corpus = work / "serving.log"
-            ingest.build_corpus(corpus, 20_000)
+            ingest.build_corpus(corpus, 20_000, serving_only=True)
             flood = f'"{data["engine"]["command"][0]}" "{HERE / "flood_writer.py"}" "{corpus}" ' \
                     f'{lines_per_s} {seconds + 120} 1>&2 &'  # engine log lines come on stderr
             data["engine"]["command"] = ["sh", "-c", flood + '\nexec "$@"', "sh", *data["engine"]["command"]]

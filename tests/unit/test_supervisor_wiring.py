@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_supervisor.core.actions import Launch, MarkGood
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import ServerReady
-from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start
+from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start, StopRequested
 from sglang_supervisor.core.phases import Phase
 from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
 from sglang_supervisor.shell import reloader
@@ -221,3 +221,73 @@ def test_a_reload_that_cannot_read_its_file_in_time_is_refused_and_frees_the_inb
     assert sup.reloader.last is not None and sup.reloader.last["result"] == "refused"
     assert "took more than" in sup.reloader.last["reason"]
     assert sup.prep is prep and sup.fp == fp
+
+
+def test_a_stop_signal_ends_a_reload_still_reading_its_file(tmp_path: Path, monkeypatch: Any) -> None:
+    """The stop waits behind the reload in the inbox; nothing of the reload is applied before its
+    file is read, so a SIGTERM gives the read up instead of waiting READ_TIMEOUT_S."""
+    data = demo_data(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
+                     Options(config_path=str(path), environ={}))
+    monkeypatch.setattr(reloader, "READ_TIMEOUT_S", 3600.0)
+    prep, fp = sup.prep, sup.fp
+
+    async def hung(_path: str) -> Any:
+        await asyncio.Event().wait()
+
+    sup.reloader._read = hung  # type: ignore[method-assign]
+
+    async def reload_then_stop() -> None:
+        task = asyncio.create_task(sup.reloader.reload())
+        while sup.reloader._give_up is None:
+            await asyncio.sleep(0)
+        sup._stop_signal("SIGTERM")
+        await task
+
+    asyncio.run(reload_then_stop())
+    assert sup.reloader.last is not None and sup.reloader.last["result"] == "refused"
+    assert sup.reloader.last["reason"] == "abandoned: SIGTERM arrived while the file was being read"
+    assert sup.prep is prep and sup.fp == fp
+    assert sup.inbox.pending() == (StopRequested("SIGTERM"),)
+    sup.reloader.abandon_read("no reload is reading: nothing happens")
+    assert sup.reloader.last["reason"].startswith("abandoned: SIGTERM")
+
+HUNG_RELOAD_SCRIPT = """
+import asyncio, copy, os, sys, yaml
+from pathlib import Path
+from sglang_supervisor.core.config import parse_config
+from sglang_supervisor.shell import reloader
+from sglang_supervisor.shell.configfile import default_demo_config_path
+from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare
+
+tmp = Path(sys.argv[1])
+data = copy.deepcopy(yaml.safe_load(default_demo_config_path().read_text()))
+data.update(state_dir=str(tmp / "state"), runtime_dir=str(tmp / "run"), metrics={"enabled": False})
+data["engine"]["log_file"] = str(tmp / "engine.log")
+fifo = tmp / "config.yaml"
+os.mkfifo(fifo)  # opening it for reading blocks until a writer comes: none ever does
+sup = Supervisor(prepare(parse_config(yaml.safe_dump(data)), "0.5.23"),
+                 Options(config_path=str(fifo), environ={}))
+reloader.READ_TIMEOUT_S = 0.2
+asyncio.run(sup.reloader.reload())
+print("RESULT", sup.reloader.last["result"], flush=True)
+"""
+
+
+def test_a_reload_blocked_for_ever_on_its_file_does_not_keep_the_supervisor_from_exiting(
+        tmp_path: Path) -> None:
+    """The thread that reads the file cannot be interrupted; it must not be joined at exit either
+    (asyncio.run joins the default executor's threads, the interpreter joins non-daemon ones): a
+    config path that became a FIFO would make `systemctl stop` wait for SIGKILL."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", HUNG_RELOAD_SCRIPT, str(tmp_path)],
+                              capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the process never exited: the blocked reader thread was joined") from None
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "RESULT refused", done.stdout[-2000:]

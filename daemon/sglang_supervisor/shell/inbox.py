@@ -5,7 +5,7 @@ supervisor. A signal handler or a timer callback only puts an item here; the lif
 (`Supervisor._handle`) takes one item, handles it to the end (a reload awaits the file, the
 engine's version and the rendering) and only then takes the next. Two quick SIGHUPs are two
 reloads in the order they came, never interleaved; a SIGTERM sent during a reload is handled
-after it.
+after it (a reload still reading its file is given up for it: `Reloader.abandon_read`).
 
 Bounded: a request equal to the last one still waiting adds nothing (a SIGTERM flood is one
 stop), and reloads still waiting merge (a reload reads the file when it begins, so one reload

@@ -8,8 +8,12 @@ the engine restarts is the lifecycle's (`ReloadRequested`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -31,6 +35,40 @@ log = structlog.get_logger("sglang_supervisor")
 # (`version: auto` runs its interpreter, bounded at 30 s) and the rendering must be done by then.
 READ_TIMEOUT_S = 60.0
 
+T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a daemon thread of its own. Not `asyncio.to_thread`: a read that never
+    returns (a FIFO, a hung NFS mount) would keep the default executor's thread, and
+    `asyncio.run` and the interpreter join that thread at exit, so the supervisor could never
+    stop. A daemon thread is abandoned at exit instead."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+    ctx = contextvars.copy_context()  # structlog's bound fields, as to_thread would carry
+
+    def settle(result: T | None, exc: BaseException | None) -> None:
+        if fut.done():  # the waiter gave up (wait_for timed out, or we are stopping)
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = ctx.run(fn, *args)
+        except BaseException as exc:  # handed to the awaiting task, which decides
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=f"off-loop-{getattr(fn, '__name__', 'call')}",
+                     daemon=True).start()
+    return await fut
+
 
 class Reloader:
     def __init__(self, sup: Supervisor) -> None:
@@ -39,6 +77,7 @@ class Reloader:
         # The last reload's outcome for /status, and the note STATUS= carries while it was refused.
         self.last: dict[str, Any] | None = None
         self.note: str | None = None
+        self._give_up: asyncio.Future[str] | None = None  # set while a reload reads its file
 
     def with_note(self, text: str) -> str:
         """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
@@ -64,12 +103,10 @@ class Reloader:
             self.refuse("no configuration file to re-read", "no_config")
             return
         try:
-            prepared, new_fp = await asyncio.wait_for(self._read(path), READ_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            # The loop handles nothing else from its inbox meanwhile (a SIGTERM waits): bounded.
-            self.refuse(f"reading and rendering the configuration took more than {READ_TIMEOUT_S:g} s "
-                        "(a file on a hung mount? a FIFO?)", "timeout")
-            return
+            read = await self._read_or_give_up(path)
+            if isinstance(read, str):
+                return
+            prepared, new_fp = read
         except ConfigError as exc:
             # A broken file must not take a healthy engine down: keep running what we have.
             first = exc.problems[0] if exc.problems else None
@@ -115,13 +152,44 @@ class Reloader:
         if probe_changed and not changed:
             sup.serving.probe_settings_changed()
 
+    def abandon_read(self, why: str) -> None:
+        """Give up the reload being read, if one is (a stop is waiting behind it)."""
+        if self._give_up is not None and not self._give_up.done():
+            self._give_up.set_result(why)
+
+    async def _read_or_give_up(self, path: str) -> tuple[Prepared, str] | str:
+        """The new configuration, or the reason (already refused) why the reload gave up: the
+        loop handles nothing else from its inbox meanwhile, so the read is bounded in time and a
+        stop signal ends it. Raises ConfigError for a file that is read but invalid."""
+        loop = asyncio.get_running_loop()
+        self._give_up = give_up = loop.create_future()
+        reading = asyncio.ensure_future(self._read(path))
+        try:
+            await asyncio.wait({reading, give_up}, timeout=READ_TIMEOUT_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._give_up = None
+            if not reading.done():
+                reading.cancel()  # the thread under it stays blocked; it is a daemon (off_loop)
+        if reading.done():
+            return reading.result()
+        if give_up.done():
+            why = str(give_up.result())
+            self.refuse(f"abandoned: {why}", "abandoned")
+            return why
+        give_up.cancel()
+        why = (f"reading and rendering the configuration took more than {READ_TIMEOUT_S:g} s "
+               "(a file on a hung mount? a FIFO?)")
+        self.refuse(why, "timeout")
+        return why
+
     async def _read(self, path: str) -> tuple[Prepared, str]:
         """The file read, validated and rendered, and its fingerprint: all off the loop (`version:
         auto` runs the engine's interpreter; NVML may be slow)."""
-        config = await asyncio.to_thread(load_config, path)
-        version = await asyncio.to_thread(self._version, config)
-        prepared = await asyncio.to_thread(prepare, config, version)
-        return prepared, await asyncio.to_thread(self.sup.fingerprint, prepared)
+        config = await off_loop(load_config, path)
+        version = await off_loop(self._version, config)
+        prepared = await off_loop(prepare, config, version)
+        return prepared, await off_loop(self.sup.fingerprint, prepared)
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:
         """Keep everything as it runs, and say why where operators look: the journal, STATUS=

@@ -218,6 +218,12 @@ class Supervisor:
 
     # -- main -----------------------------------------------------------------------------
 
+    def _stop_signal(self, name: str) -> None:
+        self.inbox.put(StopRequested(name))
+        # A reload still reading its file holds the inbox; nothing of it is applied yet, so the
+        # stop need not wait up to READ_TIMEOUT_S for a file on a hung mount.
+        self.reloader.abandon_read(f"{name} arrived while the file was being read")
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         self._loop = loop
@@ -227,7 +233,7 @@ class Supervisor:
         if keys := [k for k in (self.prep.api_key, self.prep.gateway_key) if k]:
             set_redactions(keys)
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
-            loop.add_signal_handler(sig, self.inbox.put, StopRequested(name))
+            loop.add_signal_handler(sig, self._stop_signal, name)
         loop.add_signal_handler(signal.SIGHUP, self.inbox.put, ReloadRequest())
         self.client = httpx.AsyncClient()
         self.presence.start()

@@ -80,6 +80,26 @@ def test_crash_in_each_startup_phase_falls_back(daemons: list[Daemon], tmp_path:
     d.event("supervisor.ready")
     ready_then_clean_stop(d)
 
+def test_a_flag_sglang_refuses_on_this_gpu_rules_out_the_rungs_passing_it(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Real 0.5.17 refuses --enable-single-batch-overlap on any SM 9.x GPU and says "Please try
+    removing --enable-single-batch-overlap argument": the rungs that pass it too (here
+    no-prefill-graph, and low-mem through `extends`) would fail the same way, so they are skipped."""
+    data = config(tmp_path)
+    data["engine"]["env"]["SGLANG_SIM_GPU_SM"] = "9.0"
+    data["profiles"][1]["args"]["enable-single-batch-overlap"] = True  # no-prefill-graph
+    d = start(daemons, tmp_path, data)
+    failed = d.event("engine.failed", profile="tuned")
+    assert failed["failure_class"] == "flag_refused"
+    assert failed["refused_flag"] == "--enable-single-batch-overlap"
+    assert "remove it from profile tuned" in failed["hint"]
+    fb = d.event("profile.fallback")
+    assert fb["to_profile"] == "no-spec", fb
+    assert "not no-prefill-graph, low-mem" in fb["rule"]
+    d.event("supervisor.ready")
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned", "no-spec"]
+    ready_then_clean_stop(d)
+
 
 def test_hang_during_weight_load_is_detected_and_falls_back(daemons: list[Daemon], tmp_path: Path) -> None:
     d = start(daemons, tmp_path, config(tmp_path, "hang:load", stall_s=4))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sglang_supervisor.core import audit
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.engine.argv import parse_flags
@@ -236,6 +238,26 @@ def test_nvls_and_fusion_need_sm90() -> None:
     h200 = [gpu("9.0", 0), gpu("9.0", 1)]
     assert "comm.nvls" in codes(run(["--tp-size", "2"], gpus=h200), "info")
 
+
+
+@pytest.mark.parametrize(("cc", "version", "refused"), [
+    ("9.0", "0.5.17", True),  # the H200 of tests/fixtures/sglang-0.5.17-h200-seed
+    ("9.0", "0.5.13", True),  # the first release with the check (0.5.12's moe/utils.py has none)
+    ("9.0", "0.5.12", False),
+    ("8.6", "0.5.23", False),  # the seed's RTX A6000
+    ("10.0", "0.5.23", False),  # the check is for major 9 only
+])
+def test_single_batch_overlap_on_sm90_is_an_error_from_0513(cc: str, version: str,
+                                                            refused: bool) -> None:
+    got = run(["--tp-size", "2", "--enable-single-batch-overlap"], version,
+              gpus=[gpu(cc, 0), gpu(cc, 1)])
+    assert ("comm.sbo_sm90" in codes(got, "error")) is refused
+    assert "comm.sbo_sm90" not in codes(run(["--tp-size", "2"], version,
+                                            gpus=[gpu(cc, 0), gpu(cc, 1)]))
+
+
+def test_single_batch_overlap_without_gpu_facts_is_not_called_refused() -> None:
+    assert "comm.sbo_sm90" not in codes(run(["--enable-single-batch-overlap"], "0.5.23"))
 
 def test_custom_allreduce_disabled_over_nvlink_is_a_warning() -> None:
     got = run(

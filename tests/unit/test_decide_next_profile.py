@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.core.actions import Exit, Launch
+from sglang_supervisor.core.actions import Exit, Launch, Log
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import EngineFailed, FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -50,6 +50,7 @@ def test_the_table_uses_the_shipped_example() -> None:
 # The first profile fails before READY, in a fresh run: one row per failure class.
 BEFORE_READY: dict[FailureClass, NextProfile] = {
     FC.UNKNOWN_FLAG: ExitConfig(),  # 78: another profile cannot fix the command line
+    FC.FLAG_REFUSED: FallBack("no-prefill-graph", "next"),  # without the flag: see FLAG_ROWS
     FC.CAPTURE_OOM: FallBack("low-mem", "remediation[capture_oom]=low-mem"),
     FC.CAPTURE_FAILED: FallBack("no-prefill-graph", "next"),
     FC.DRAFT_CAPTURE_FAILED: FallBack("no-spec", "remediation[draft_capture_failed]=no-spec"),
@@ -133,6 +134,69 @@ def test_decisions(case: str, failure: FailureClass, profile: str, after_ready: 
     assert got == expected, case
 
 
+# SGLang refused a flag on this machine and named it: the profiles that pass it too would fail the
+# same way, each after a start, so the rest of the run does not try them.
+SBO = "--enable-single-batch-overlap"
+SBO_FLAGS = {"tuned": frozenset({SBO, "--speculative-algorithm"}),
+             "no-prefill-graph": frozenset({SBO}), "low-mem": frozenset({SBO}),
+             "no-spec": frozenset(), "eager": frozenset()}
+FLAG_ROWS = [
+    ("the next rungs that pass the refused flag are not tried",
+     FC.FLAG_REFUSED, SBO, "tuned", ladder(flags=SBO_FLAGS),
+     FallBack("no-spec", f"next; not no-prefill-graph, low-mem: they pass {SBO} too")),
+    ("no rung passes it: the plain next",
+     FC.FLAG_REFUSED, "--enable-two-batch-overlap", "tuned", ladder(flags=SBO_FLAGS),
+     FallBack("no-prefill-graph", "next")),
+    ("SGLang's line named no flag we could read: the plain next",
+     FC.FLAG_REFUSED, None, "tuned", ladder(flags=SBO_FLAGS), FallBack("no-prefill-graph", "next")),
+    ("profiles that failed already are not named again",
+     FC.FLAG_REFUSED, SBO, "low-mem", ladder(flags=SBO_FLAGS, failed={"tuned", "no-prefill-graph"}),
+     FallBack("no-spec", "next")),
+    ("every untried profile passes it: exit 69, saying why",
+     FC.FLAG_REFUSED, SBO, "tuned",
+     ladder(flags={**SBO_FLAGS, "no-spec": frozenset({SBO})}, failed={"eager"}),
+     GiveUp(f"every profile tried; not no-prefill-graph, low-mem, no-spec: they pass {SBO} too")),
+    ("a rule that names a rung passing the flag falls through to the next without it",
+     FC.FLAG_REFUSED, SBO, "tuned",
+     ladder(flags=SBO_FLAGS, remediation={"flag_refused": "low-mem", "default": "next"}),
+     FallBack("no-spec", "remediation[flag_refused]=low-mem already tried or unknown; next; "
+                         f"not no-prefill-graph, low-mem: they pass {SBO} too")),
+    ("probation failed, but the last good profile passes the refused flag: not back there",
+     FC.FLAG_REFUSED, SBO, "tuned", ladder(flags=SBO_FLAGS, probation="tuned", last_good="low-mem"),
+     FallBack("no-spec", f"next; not no-prefill-graph, low-mem: they pass {SBO} too")),
+    ("another class with a flag at hand: the flag changes nothing",
+     FC.CAPTURE_OOM, SBO, "tuned", ladder(flags=SBO_FLAGS),
+     FallBack("low-mem", "remediation[capture_oom]=low-mem")),
+]
+
+
+@pytest.mark.parametrize(("case", "failure", "flag", "profile", "lad", "expected"),
+                         FLAG_ROWS, ids=[r[0] for r in FLAG_ROWS])
+def test_a_refused_flag_rules_out_the_profiles_passing_it(
+        case: str, failure: FailureClass, flag: str | None, profile: str, lad: Ladder,
+        expected: NextProfile) -> None:
+    got = decide_next_profile(failure, profile, after_ready=False, crashes=0, ladder=lad,
+                              refused_flag=flag)
+    assert got == expected, case
+
+
+def test_the_lifecycle_reads_the_refused_flag_from_sglangs_line_and_skips_its_rungs() -> None:
+    """The real 0.5.17 line (tests/fixtures/sglang-0.5.17-h200-seed), through the lifecycle: the
+    flag is read from the witness line, logged with a hint, and rules out the rungs passing it."""
+    real = ("ValueError: SBO (single batch overlap) is not supported on SM90 GPUs with latest "
+            "sgl-deep-gemm wheel. Please try removing --enable-single-batch-overlap argument.")
+    lc = Lifecycle(Settings(profiles=ORDER, remediation=RULES, profile_flags=SBO_FLAGS))
+    launch = next(a for a in lc.handle(Start(), 0.0) if isinstance(a, Launch))
+    lc.handle(Launched(launch.attempt, 42, frozenset()), 1.0)
+    lc.handle(EngineFailed(7, "TP0", FC.FLAG_REFUSED, real), 2.0)
+    acts = lc.handle(EngineExited(launch.attempt, -9, False), 3.0)
+    [failed] = [a for a in acts if isinstance(a, Log) and a.event == "engine.failed"]
+    assert failed.fields["failure_class"] == "flag_refused"
+    assert failed.fields["refused_flag"] == SBO
+    assert failed.fields["hint"] == f"SGLang refuses {SBO} on this machine: remove it from profile tuned"
+    assert [a.profile for a in acts if isinstance(a, Launch)] == ["no-spec"]
+
+
 # The lifecycle turns each kind of decision into its exit code (or a relaunch).
 @pytest.mark.parametrize(
     ("failure", "rules", "code"),
@@ -168,6 +232,10 @@ CORROBORATION_ROWS = [
     ("an unknown-flag line after READY explains nothing", FC.UNKNOWN_FLAG, 2, True, False, False),
     ("a port that cannot be bound ends the engine before READY", FC.PORT_IN_USE, 1, False, False, True),
     ("a port-in-use line after READY explains nothing", FC.PORT_IN_USE, -9, True, False, False),
+    ("a refused flag before READY counts (SGLang refuses it at start)",
+     FC.FLAG_REFUSED, -9, False, False, True),
+    ("a refused-flag line after READY explains nothing (it would rule out rungs)",
+     FC.FLAG_REFUSED, -9, True, False, False),
     ("a capture OOM counts whatever the exit", FC.CAPTURE_OOM, -9, False, False, True),
     ("a CUDA error after READY counts (it is a crash)", FC.CUDA_ERROR, -6, True, False, True),
 ]

@@ -45,7 +45,7 @@ def captures(events: list[EngineEvent]) -> list[str]:
 def test_single_batch_overlap_fails_the_tuned_start_on_sm90_before_any_weight_loads() -> None:
     tuned, fallback = attempts("tuned-sbo-then-no-prefill-graph.engine.log")
     s = summarize(tuned)
-    assert s.failure is not None and s.failure["class"] == FailureClass.SCHEDULER_EXCEPTION.value
+    assert s.failure is not None and s.failure["class"] == FailureClass.FLAG_REFUSED.value
     assert "SBO (single batch overlap) is not supported on SM90" in s.failure["message"]
     assert "--enable-single-batch-overlap" in s.failure["message"]
     assert not any(isinstance(e, CaptureBegan) for e in tuned)

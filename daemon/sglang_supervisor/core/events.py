@@ -22,6 +22,9 @@ class FailureClass(str, Enum):
     """Why an engine start or run failed. Values are stable: they appear in logs, metrics, JSON."""
 
     UNKNOWN_FLAG = "unknown_flag"  # argparse rejected the command line (rc 2)
+    # SGLang refused a flag on this machine and named it ("Please try removing --X argument"):
+    # the command parses, but this GPU or build cannot run it
+    FLAG_REFUSED = "flag_refused"
     CAPTURE_OOM = "capture_oom"  # decode/verify/draft CUDA graph capture ran out of memory
     CAPTURE_FAILED = "capture_failed"  # decode/verify/draft capture failed for another reason
     DRAFT_CAPTURE_FAILED = "draft_capture_failed"  # a draft-model graph capture failed

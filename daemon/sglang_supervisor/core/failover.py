@@ -5,12 +5,15 @@ One owner for "what now after a failure": `decide_next_profile` answers for ever
 (`core/failures.classify_failure`, the ranker logscan uses too; `corroborated`), the ladder
 (`ladder_order`, `skipped_known_bad`) and the operator's remediation rules (`choose_next`). The
 lifecycle carries the answer out.
+
+When SGLang refuses a flag on this machine and names it (`flag_refused`), the profiles that pass
+the same flag are not tried after it in this run: they would fail the same way, each after a start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_supervisor.core.events import EngineFailed, FailureClass
 from sglang_supervisor.core.failures import ARGPARSE_EXIT
@@ -55,15 +58,16 @@ def corroborated(
     A log line can be text a user sent (an echoed prompt the parser did not recognise as one):
     the classes that end the service (exit 78, exit 75) count only when what the engine did fits
     them. A rejected command line ends the engine during start-up, with argparse's exit status 2
-    or before any weight was loaded; a port it cannot bind ends it before READY. After READY
-    neither can be the cause of anything.
+    or before any weight was loaded; a port it cannot bind, or a flag it refuses (which also rules
+    out other profiles), ends it before READY. After READY none of these can be the cause of
+    anything.
     """
     kept: list[EngineFailed] = []
     dropped: list[EngineFailed] = []
     for f in failures:
         if f.failure in CONFIG_FAILURES:
             ok = not after_ready and (returncode == ARGPARSE_EXIT or launching)
-        elif f.failure is FailureClass.PORT_IN_USE:
+        elif f.failure in (FailureClass.PORT_IN_USE, FailureClass.FLAG_REFUSED):
             ok = not after_ready
         else:
             ok = True
@@ -172,12 +176,21 @@ class Ladder:
     last_good: str | None = None
     probation: str | None = None  # the profile on probation, until READY or failure
     same_profile_retries: int = 1
+    flags: Mapping[str, Set[str]] = field(default_factory=dict)  # profile -> options it sets
+
+
+def passing(flag: str | None, ladder: Ladder, besides: str) -> tuple[str, ...]:
+    """The profiles of the ladder other than `besides` whose command line sets `flag`."""
+    if flag is None:
+        return ()
+    return tuple(p for p in ladder.order if p != besides and flag in ladder.flags.get(p, ()))
 
 
 def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: bool,
-                        crashes: int, ladder: Ladder) -> NextProfile:
+                        crashes: int, ladder: Ladder, refused_flag: str | None = None) -> NextProfile:
     """What follows `profile` failing with `failure`. `crashes`: how often `profile` crashed
-    after READY in this run before this failure."""
+    after READY in this run before this failure. `refused_flag`: the flag SGLang named in a
+    `flag_refused` failure."""
     if failure in CONFIG_FAILURES:
         return ExitConfig()
     if failure in TEMPORARY_FAILURES:
@@ -185,10 +198,16 @@ def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: boo
     if after_ready and crashes + 1 <= ladder.same_profile_retries:
         return RetrySame(crashes + 1, ladder.same_profile_retries)
     failed = {*ladder.failed, profile}
+    same_flag = tuple(p for p in passing(refused_flag, ladder, profile)
+                      if p not in failed and p not in ladder.skipped
+                      ) if failure is FailureClass.FLAG_REFUSED else ()
     target, why = choose_next(failure, profile, ladder.order, ladder.remediation,
-                              failed | set(ladder.skipped))
+                              failed | set(ladder.skipped) | set(same_flag))
+    if same_flag:
+        why += f"; not {', '.join(same_flag)}: they pass {refused_flag} too"
     back = ladder.last_good
-    if ladder.probation == profile and back is not None and back not in failed:
+    if ladder.probation == profile and back is not None and back not in failed \
+            and back not in same_flag:
         # Probation failed: straight back to what served last, whatever the rule says.
         target, why = back, "probation failed: back to the last good profile"
     return GiveUp(why) if target is None else FallBack(target, why)

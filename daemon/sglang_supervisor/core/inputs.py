@@ -44,6 +44,9 @@ class Settings:
     # How long a temporary condition (port busy, GPU held by a stranger) may last before exit 75;
     # 0: exit 75 at once.
     temporary_wait_s: float = 0.0
+    # The options each profile's command line sets (engine/argv.options_set): after SGLang refuses
+    # a flag on this machine, the profiles that pass it too are not tried.
+    profile_flags: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from sglang_supervisor.core.phases import FINAL_PHASES, UP_PHASES, Phase
 from sglang_supervisor.core.readiness import FirstProbe
 from sglang_supervisor.core.reasons import Outcome, RestartCause, StopReason
 from sglang_supervisor.core.wedge import Check
+from sglang_supervisor.engine import patterns as P
 
 
 class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
@@ -177,27 +178,35 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         verdict = STOP_VERDICTS.get(reason) if reason is not None else None
         failure = classify_failure(inp.returncode, failures, verdict, after_ready=cur.reached_ready)
         witness = next((f for f in failures if f.failure is failure), failures[0] if failures else None)
+        refused = (P.refused_flag(witness.message)
+                   if witness is not None and failure is FailureClass.FLAG_REFUSED else None)
         if witness is not None:
             message = witness.message
         elif reason is None:
             message = f"engine exited with returncode {inp.returncode}"
         else:
             message = f"stopped by the supervisor: {reason.value}"
-        return acts + self._fail_over(failure, message, now, after_ready=cur.reached_ready)
+        return acts + self._fail_over(failure, message, now, after_ready=cur.reached_ready,
+                                      refused_flag=refused)
 
     def _fail_over(self, failure: FailureClass, message: str, now: float,
-                   after_ready: bool) -> list[Action]:
+                   after_ready: bool, refused_flag: str | None = None) -> list[Action]:
         """The current attempt is over because of `failure`: failover.decide_next_profile says
         what next (retry, fall back, wait, exit); this carries it out."""
         profile = self.profile or ""
         self._close_attempt(now, Outcome.CRASHED if after_ready else Outcome.FAILED, failure)
-        acts: list[Action] = [Log("engine.failed", "error", {
+        fields: dict[str, object] = {
             "profile": profile, "attempt": self.attempt, "failure_class": failure.value,
             "message": message, "after_ready": after_ready, "seconds": self._seconds(now) or 0.0,
-        })]
+        }
+        if refused_flag is not None:
+            fields["refused_flag"] = refused_flag
+            fields["hint"] = (f"SGLang refuses {refused_flag} on this machine: remove it from "
+                              f"profile {profile}")
+        acts: list[Action] = [Log("engine.failed", "error", fields)]
         crashes = self._crashes.get(profile, 0)
         decision = decide_next_profile(failure, profile, after_ready=after_ready, crashes=crashes,
-                                       ladder=self._ladder())
+                                       ladder=self._ladder(), refused_flag=refused_flag)
         if after_ready and not isinstance(decision, ExitConfig | WaitThenSame):
             self._crashes[profile] = crashes + 1
         match decision:
@@ -237,7 +246,8 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         return Ladder(order=self._order, remediation=self.settings.remediation,
                       failed=frozenset(self._failed), skipped=frozenset(self._skipped),
                       last_good=self.settings.last_good, probation=self._probation,
-                      same_profile_retries=self.settings.same_profile_retries)
+                      same_profile_retries=self.settings.same_profile_retries,
+                      flags=self.settings.profile_flags)
 
     # -- timers, signals, reloads ---------------------------------------------------------
 

@@ -37,7 +37,8 @@ from sglang_supervisor.core.events import FailureClass
 
 # Failures the same command repeats on the same machine (another try only costs a start).
 DETERMINISTIC = frozenset({
-    FailureClass.UNKNOWN_FLAG, FailureClass.CAPTURE_OOM, FailureClass.CAPTURE_FAILED,
+    FailureClass.UNKNOWN_FLAG, FailureClass.FLAG_REFUSED, FailureClass.CAPTURE_OOM,
+    FailureClass.CAPTURE_FAILED,
     FailureClass.DRAFT_CAPTURE_FAILED, FailureClass.PREFILL_GRAPH_FAILED,
     FailureClass.KV_CACHE_OOM, FailureClass.CUDA_ERROR, FailureClass.WARMUP_FAILED,
     FailureClass.SCHEDULER_EXCEPTION,

@@ -111,6 +111,12 @@ def parse_flags(argv: Sequence[str], catalog: FlagCatalog | None = None) -> Flag
     return Flags({k: tuple(v) for k, v in out.items()}, tuple((str(n), v) for n, v in order))
 
 
+def options_set(argv: Sequence[str]) -> frozenset[str]:
+    """The options a command line turns on (`--x`, `--x value`; not `--x false`)."""
+    flags = parse_flags(argv)
+    return frozenset(name for name in flags.values if flags.on(name))
+
+
 def tp_size(argv: Sequence[str]) -> int:
     """GPUs per engine (tensor parallel size); 1 when absent or not a positive integer."""
     return max(1, parse_flags(argv).int_of(TP_FLAGS, 1))

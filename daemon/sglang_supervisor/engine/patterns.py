@@ -165,6 +165,12 @@ EXCEPTION_LINE = re.compile(
 CHILD_CRASHED = re.compile(r"Subprocess (?P<name>\S+) \(pid=\d+\) crashed with exit code (?P<code>-?\d+)")
 
 UNKNOWN_SPEC_ALGORITHM = "Unknown speculative algorithm name"  # argparse accepts any name
+# SGLang's refusal of a flag this machine cannot run, naming the flag to drop. 0.5.17 and 0.5.23
+# (`initialize_moe_config`, on any GPU of compute capability 9.x): `ValueError: SBO (single batch
+# overlap) is not supported on SM90 GPUs with latest sgl-deep-gemm wheel. Please try removing
+# --enable-single-batch-overlap argument.`
+FLAG_REFUSED_KEY = "Please try removing --"
+FLAG_REFUSED = re.compile(r"Please try removing (?P<flag>--[A-Za-z0-9][\w-]*) argument")
 # (substring, class) checked in order on every line that can be an error; first match wins.
 SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: unrecognized arguments", FailureClass.UNKNOWN_FLAG),
@@ -172,6 +178,7 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("error: ambiguous option", FailureClass.UNKNOWN_FLAG),
     (UNKNOWN_SPEC_ALGORITHM, FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
+    (FLAG_REFUSED_KEY, FailureClass.FLAG_REFUSED),
     # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
     # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
     # torch's TCPStore (`EADDRINUSE`, `errno: 98`) and SGLang's own precheck of its derived ports
@@ -213,6 +220,7 @@ SIGNATURE_GATE = (
     "Error",
     "Unknown",
     "removed",
+    "removing",
     "Address",
     "address",
     "Errno",
@@ -241,6 +249,8 @@ PREFILL_FRAME_WORDS = ("prefill_cuda_graph", "breakable_cuda_graph", "piecewise"
 FIX_HINTS: dict[FailureClass, str] = {
     FailureClass.UNKNOWN_FLAG: "fix the command line for this SGLang version "
     "(sglang-supervisor render shows the migrated flags)",
+    FailureClass.FLAG_REFUSED: "SGLang refuses the flag it names on this GPU or build: remove it from "
+    "the profile (keep a rung without it in the ladder for this machine)",
     FailureClass.PORT_IN_USE: "another process holds the port: stop it or change --port",
     FailureClass.PREFILL_GRAPH_FAILED: "use a profile with --cuda-graph-backend-prefill disabled, or lower "
     "--mem-fraction-static / --cuda-graph-max-bs-prefill if it is an OOM",
@@ -287,3 +297,9 @@ WORKER_READY = re.compile(r"^\[[^\]]*\] (?:Starting dummy health check server|"
 # The scheduler processes retitle themselves `sglang::scheduler_TP<n>`; a comm name is cut to 15
 # bytes (`sglang::schedul`), so match on a prefix.
 SCHEDULER_COMM_PREFIX = "sglang::sched"
+
+
+def refused_flag(message: str) -> str | None:
+    """The flag SGLang asked to remove in a `flag_refused` failure line, else None."""
+    m = FLAG_REFUSED.search(message)
+    return m.group("flag") if m is not None else None

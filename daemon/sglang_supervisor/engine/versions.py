@@ -66,3 +66,6 @@ SPEC_V2_DEFAULT_ON = "0.5.11"  # the overlap-scheduled speculative worker became
 TC_PIECEWISE_REMOVED = "0.5.22"  # prefill backend tc_piecewise rejected
 REQUEST_RECORDS_ON_STDOUT = "0.5.8"  # --log-requests records and access lines go to stdout
 CLEAN_DRAIN_EXIT_0 = "0.5.19"  # the drain ends in sys.exit(0), no longer a self-SIGKILL
+# initialize_moe_config raises for --enable-single-batch-overlap on any SM 9.x GPU, for every model
+# ("Please try removing --enable-single-batch-overlap argument."); 0.5.12 and older accept it.
+SBO_REFUSED_ON_SM90 = "0.5.13"

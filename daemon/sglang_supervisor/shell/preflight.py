@@ -20,7 +20,7 @@ from sglang_supervisor.core.profiles import (
     render,
 )
 from sglang_supervisor.core.readiness import CaptureKey
-from sglang_supervisor.engine.argv import tp_size
+from sglang_supervisor.engine.argv import options_set, tp_size
 from sglang_supervisor.engine.graphs import expected_captures
 from sglang_supervisor.shell import ports, state
 from sglang_supervisor.shell.apikey import read_api_key
@@ -81,7 +81,8 @@ def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
 
 
 def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
-                    retry_known_bad: bool, probation: str | None = None) -> Settings:
+                    retry_known_bad: bool, probation: str | None = None,
+                    renders: Mapping[str, RenderedCommand] | None = None) -> Settings:
     t = config.timeouts
     return Settings(
         profiles=tuple(config.profile_names),
@@ -97,6 +98,7 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         backoff_s=config.restart.backoff_s,
         failure_grace_s=failure_grace_s(t.stall_s),
         temporary_wait_s=config.restart.temporary_wait_s,
+        profile_flags={name: options_set(r.argv) for name, r in (renders or {}).items()},
     )
 
 

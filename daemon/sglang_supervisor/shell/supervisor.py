@@ -168,7 +168,7 @@ class Supervisor:
         return policy_settings(
             self.config, last_good=plan.last_good, known_bad=plan.backoff,
             probation=plan.probation if first_run else None,
-            retry_known_bad=self.opts.retry_known_bad and first_run)
+            retry_known_bad=self.opts.retry_known_bad and first_run, renders=self.prep.renders)
 
     def _below_best_seconds(self) -> float:
         """For the metric: how long this deployment has served below the ladder's best profile

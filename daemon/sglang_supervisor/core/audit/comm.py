@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sglang_supervisor.core.audit.findings import Finding
 from sglang_supervisor.core.gpufacts import GpuInfo, P2PLink
 from sglang_supervisor.engine.argv import Flags
+from sglang_supervisor.engine.versions import SBO_REFUSED_ON_SM90, at_least
 
 
 def _min_cc(gpus: Sequence[GpuInfo]) -> tuple[int, int] | None:
@@ -149,3 +150,26 @@ def _custom_allreduce(flags: Flags, link: P2PLink | None, profile: str) -> list[
         )
     return out
 
+
+def sbo_refusal_findings(flags: Flags, gpus: Sequence[GpuInfo], version: str,
+                         profile: str) -> list[Finding]:
+    """SGLang refuses single batch overlap on SM 9.x at scheduler start, before any weight loads:
+    the profile cannot start on these GPUs (the daemon then classifies it `flag_refused`)."""
+    if not flags.on("--enable-single-batch-overlap") or not at_least(version, SBO_REFUSED_ON_SM90):
+        return []
+    tp = flags.int("--tp-size", 1) or 1
+    cc = _min_cc(list(gpus)[:tp] if gpus else [])
+    if cc is None or cc[0] != 9:
+        return []
+    return [
+        Finding(
+            "error",
+            "audit",
+            f"SGLang {version} refuses --enable-single-batch-overlap on these GPUs (SM{cc[0]}{cc[1]})",
+            f"from {SBO_REFUSED_ON_SM90} SGLang's scheduler raises a ValueError for it on any SM 9.x "
+            "GPU, for every model, before any weight loads: this profile cannot start here",
+            "remove --enable-single-batch-overlap from this profile on SM 9.x machines",
+            "comm.sbo_sm90",
+            profile,
+        )
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sglang_supervisor.core.audit.comm import comm_findings
+from sglang_supervisor.core.audit.comm import comm_findings, sbo_refusal_findings
 from sglang_supervisor.core.audit.features import (
     language_only_findings,
     overlap_findings,
@@ -50,6 +50,7 @@ def audit_profile(
     out += overlap_findings(flags, model, profile.name)
     out += env_findings(profile.env, version, profile.name)
     out += comm_findings(flags, gpus, link, profile.name)
+    out += sbo_refusal_findings(flags, gpus, version, profile.name)
     out += overlap_schedule_findings(flags, profile.name)
     return out
 

@@ -201,22 +201,27 @@ def test_a_reload_that_keeps_the_engine_keeps_it_good_under_the_new_fingerprint(
     assert info["config_hash"] == sup.fp and info["profile"] == "tuned"
 
 
-def test_a_reload_that_cannot_read_its_file_in_time_is_refused_and_frees_the_inbox(
-        tmp_path: Path, monkeypatch: Any) -> None:
-    """A reload holds the lifecycle loop (signals wait for it): a file on a hung mount must not
-    hold it for ever. Nothing of the new file is applied."""
-    data = demo_data(tmp_path)
+def supervisor_whose_reads_hang(tmp_path: Path) -> Supervisor:
+    """A supervisor with a configuration file whose reload read never returns."""
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(demo_data(tmp_path)))
     sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
                      Options(config_path=str(path), environ={}))
-    monkeypatch.setattr(reloader, "READ_TIMEOUT_S", 0.05)
-    prep, fp = sup.prep, sup.fp
 
     async def hung(_path: str) -> Any:
         await asyncio.Event().wait()  # never set: a read that never returns
 
     sup.reloader._read = hung  # type: ignore[method-assign]
+    return sup
+
+
+def test_a_reload_that_cannot_read_its_file_in_time_is_refused_and_frees_the_inbox(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A reload holds the lifecycle loop (signals wait for it): a file on a hung mount must not
+    hold it for ever. Nothing of the new file is applied."""
+    sup = supervisor_whose_reads_hang(tmp_path)
+    monkeypatch.setattr(reloader, "READ_TIMEOUT_S", 0.05)
+    prep, fp = sup.prep, sup.fp
     asyncio.run(sup.reloader.reload())
     assert sup.reloader.last is not None and sup.reloader.last["result"] == "refused"
     assert "took more than" in sup.reloader.last["reason"]
@@ -226,18 +231,9 @@ def test_a_reload_that_cannot_read_its_file_in_time_is_refused_and_frees_the_inb
 def test_a_stop_signal_ends_a_reload_still_reading_its_file(tmp_path: Path, monkeypatch: Any) -> None:
     """The stop waits behind the reload in the inbox; nothing of the reload is applied before its
     file is read, so a SIGTERM gives the read up instead of waiting READ_TIMEOUT_S."""
-    data = demo_data(tmp_path)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(data))
-    sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
-                     Options(config_path=str(path), environ={}))
+    sup = supervisor_whose_reads_hang(tmp_path)
     monkeypatch.setattr(reloader, "READ_TIMEOUT_S", 3600.0)
     prep, fp = sup.prep, sup.fp
-
-    async def hung(_path: str) -> Any:
-        await asyncio.Event().wait()
-
-    sup.reloader._read = hung  # type: ignore[method-assign]
 
     async def reload_then_stop() -> None:
         task = asyncio.create_task(sup.reloader.reload())

@@ -179,13 +179,6 @@ class Ladder:
     flags: Mapping[str, Set[str]] = field(default_factory=dict)  # profile -> options it sets
 
 
-def passing(flag: str | None, ladder: Ladder, besides: str) -> tuple[str, ...]:
-    """The profiles of the ladder other than `besides` whose command line sets `flag`."""
-    if flag is None:
-        return ()
-    return tuple(p for p in ladder.order if p != besides and flag in ladder.flags.get(p, ()))
-
-
 def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: bool,
                         crashes: int, ladder: Ladder, refused_flag: str | None = None) -> NextProfile:
     """What follows `profile` failing with `failure`. `crashes`: how often `profile` crashed
@@ -198,11 +191,13 @@ def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: boo
     if after_ready and crashes + 1 <= ladder.same_profile_retries:
         return RetrySame(crashes + 1, ladder.same_profile_retries)
     failed = {*ladder.failed, profile}
-    same_flag = tuple(p for p in passing(refused_flag, ladder, profile)
-                      if p not in failed and p not in ladder.skipped
-                      ) if failure is FailureClass.FLAG_REFUSED else ()
+    excluded = failed | set(ladder.skipped)
+    # Untried rungs that pass the flag SGLang refused would fail the same way.
+    same_flag = tuple(p for p in ladder.order if p not in excluded
+                      and refused_flag in ladder.flags.get(p, ())
+                      ) if failure is FailureClass.FLAG_REFUSED and refused_flag else ()
     target, why = choose_next(failure, profile, ladder.order, ladder.remediation,
-                              failed | set(ladder.skipped) | set(same_flag))
+                              excluded | set(same_flag))
     if same_flag:
         why += f"; not {', '.join(same_flag)}: they pass {refused_flag} too"
     back = ladder.last_good

@@ -104,7 +104,7 @@ class Reloader:
             return
         try:
             read = await self._read_or_give_up(path)
-            if isinstance(read, str):
+            if read is None:
                 return
             prepared, new_fp = read
         except ConfigError as exc:
@@ -157,8 +157,8 @@ class Reloader:
         if self._give_up is not None and not self._give_up.done():
             self._give_up.set_result(why)
 
-    async def _read_or_give_up(self, path: str) -> tuple[Prepared, str] | str:
-        """The new configuration, or the reason (already refused) why the reload gave up: the
+    async def _read_or_give_up(self, path: str) -> tuple[Prepared, str] | None:
+        """The new configuration, or None when the reload gave up (and was refused): the
         loop handles nothing else from its inbox meanwhile, so the read is bounded in time and a
         stop signal ends it. Raises ConfigError for a file that is read but invalid."""
         loop = asyncio.get_running_loop()
@@ -174,22 +174,22 @@ class Reloader:
         if reading.done():
             return reading.result()
         if give_up.done():
-            why = str(give_up.result())
-            self.refuse(f"abandoned: {why}", "abandoned")
-            return why
+            self.refuse(f"abandoned: {give_up.result()}", "abandoned")
+            return None
         give_up.cancel()
-        why = (f"reading and rendering the configuration took more than {READ_TIMEOUT_S:g} s "
-               "(a file on a hung mount? a FIFO?)")
-        self.refuse(why, "timeout")
-        return why
+        self.refuse(f"reading and rendering the configuration took more than {READ_TIMEOUT_S:g} s "
+                    "(a file on a hung mount? a FIFO?)", "timeout")
+        return None
 
     async def _read(self, path: str) -> tuple[Prepared, str]:
         """The file read, validated and rendered, and its fingerprint: all off the loop (`version:
-        auto` runs the engine's interpreter; NVML may be slow)."""
-        config = await off_loop(load_config, path)
-        version = await off_loop(self._version, config)
-        prepared = await off_loop(prepare, config, version)
-        return prepared, await off_loop(self.sup.fingerprint, prepared)
+        auto` runs the engine's interpreter; NVML may be slow), in one thread."""
+        return await off_loop(self._read_blocking, path)
+
+    def _read_blocking(self, path: str) -> tuple[Prepared, str]:
+        config = load_config(path)
+        prepared = prepare(config, self._version(config))
+        return prepared, self.sup.fingerprint(prepared)
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:
         """Keep everything as it runs, and say why where operators look: the journal, STATUS=

@@ -19,12 +19,16 @@ def _min_cc(gpus: Sequence[GpuInfo]) -> tuple[int, int] | None:
     return min(ccs) if ccs else None
 
 
+def _tp_cc(flags: Flags, gpus: Sequence[GpuInfo]) -> tuple[int, tuple[int, int] | None]:
+    """The TP size and the lowest compute capability among the GPUs it uses."""
+    tp = flags.int("--tp-size", 1) or 1
+    return tp, _min_cc(list(gpus)[:tp])
+
+
 def comm_findings(
     flags: Flags, gpus: Sequence[GpuInfo], link: P2PLink | None, profile: str
 ) -> list[Finding]:
-    tp = flags.int("--tp-size", 1) or 1
-    used = list(gpus)[:tp] if gpus else []
-    cc = _min_cc(used)
+    tp, cc = _tp_cc(flags, gpus)
     sm = f"SM{cc[0]}{cc[1]}" if cc else "unknown"
     out = _sm90_only(flags, cc, sm, profile)
     if tp <= 1:
@@ -157,8 +161,7 @@ def sbo_refusal_findings(flags: Flags, gpus: Sequence[GpuInfo], version: str,
     the profile cannot start on these GPUs (the daemon then classifies it `flag_refused`)."""
     if not flags.on("--enable-single-batch-overlap") or not at_least(version, SBO_REFUSED_ON_SM90):
         return []
-    tp = flags.int("--tp-size", 1) or 1
-    cc = _min_cc(list(gpus)[:tp] if gpus else [])
+    _, cc = _tp_cc(flags, gpus)
     if cc is None or cc[0] != 9:
         return []
     return [

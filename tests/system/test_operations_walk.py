@@ -25,6 +25,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,6 +352,23 @@ def finish(walk: Walk) -> None:
             walk.ran.append(f"{step.line}: {typed} (then --purge, to leave the host clean)")
 
 
+def settle_dpkg(wait_s: float = 600) -> None:
+    """Finish what an earlier dpkg left, as apt tells the operator to: a host whose dpkg was
+    interrupted ("dpkg was interrupted, you must manually run 'dpkg --configure -a'", seen on a CI
+    machine before any test had run dpkg) or is busy (an unattended upgrade holding the lock) is not
+    the clean host the walk starts on, and the guide's `apt-get install` would fail on it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        proc = subprocess.run(["dpkg", "--configure", "-a"], capture_output=True, text=True, check=False,
+                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=wait_s)
+        if proc.returncode == 0:
+            return
+        if "lock" not in proc.stderr or time.monotonic() > deadline:
+            pytest.fail(f"this host's dpkg cannot be settled (dpkg --configure -a: {proc.returncode}):\n"
+                        f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        time.sleep(5)
+
+
 @pytest.fixture
 def clean_host(deb: Path) -> Iterator[Sandbox]:
     """A systemd of its own (the walk's journal and units must not meet the other system tests'),
@@ -361,6 +379,7 @@ def clean_host(deb: Path) -> Iterator[Sandbox]:
                             text=True, check=False).stdout
     require(not status.endswith(" installed"),
             "the package is installed (another test?): the walk starts on a clean host")
+    settle_dpkg()
     box = Sandbox(f"sglang-walk-{os.getpid()}")
     box.up()
     try:

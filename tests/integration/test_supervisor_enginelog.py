@@ -12,6 +12,7 @@ import pytest
 
 from sglang_supervisor.core.events import (
     CaptureProgress,
+    DecodeStats,
     DeprecatedFlag,
     EngineEvent,
     EngineFailed,
@@ -19,6 +20,7 @@ from sglang_supervisor.core.events import (
     ServerReady,
 )
 from sglang_supervisor.shell.enginelog import (
+    HAND_OVER_EVERY_S,
     PRIORITY_ERROR,
     PRIORITY_INFO,
     PRIORITY_WARNING,
@@ -58,6 +60,8 @@ class Parser:
             return [ServerReady(self.n, None)]
         if "Error" in line:
             return [EngineFailed(self.n, "TP0", FailureClass.OTHER, line)]
+        if line.startswith("Decode batch"):
+            return [DecodeStats(self.n, None, 1, 0, 30.0, True, None)]
         return []
 
     def finish(self) -> list[EngineEvent]:
@@ -160,7 +164,7 @@ def test_pump_file_events_and_forwarding(tmp_path: Path) -> None:
     text = (tmp_path / "e.log").read_bytes()
     assert text == b"".join(payload).replace(b"sk-secret-123", b"***")
     assert [type(e) for e in events] == [EngineFailed, ServerReady]
-    assert calls >= 3  # once per read at least, so any output resets the stall timer
+    assert calls >= 3  # a read with an event (the error, the ready line) is handed over at once
     lines = [f[0] for f in forwarded]
     assert "api_key=***" in lines and "no newline" in lines
     assert ("RuntimeError: x", PRIORITY_ERROR, "TP0") in forwarded
@@ -304,3 +308,74 @@ def test_forward_and_forward_batch_are_one_or_the_other(tmp_path: Path) -> None:
                           on_eof=lambda: None, forward=lambda *a: None, forward_batch=lambda b: None)
     finally:
         loop.close()
+
+
+def test_stat_lines_wait_for_the_next_event_and_arrive_with_it_in_order(tmp_path: Path) -> None:
+    """A chatty engine's stat lines and event-less output do not each wake the loop: with the clock
+    standing still they are held until an event that matters, then handed over with it, in order."""
+    async def main() -> tuple[list[list[EngineEvent]], list[str]]:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        calls: list[list[EngineEvent]] = []
+        order: list[str] = []
+        done = asyncio.Event()
+
+        def on_eof() -> None:
+            order.append("eof")
+            done.set()
+
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=Parser(),
+                             on_output=lambda evs: (calls.append(list(evs)), order.append("output")),
+                             on_eof=on_eof, clock=lambda: 1000.0)
+        pump.start()
+        for chunk in (b"Decode batch 1\n", b"GET /health 200\n", b"Decode batch 2\n", b"Decode batch 3\n",
+                      b"The server is fired up and ready to roll!\n", b"Decode batch 4\n"):
+            os.write(w, chunk)
+            await asyncio.sleep(0.02)  # separate reads, most likely: the pump must not care
+        os.close(w)
+        await asyncio.wait_for(done.wait(), 10)
+        assert pump.join(10)
+        return calls, order
+
+    calls, order = asyncio.run(main())
+    events = [e for call in calls for e in call]
+    assert [(type(e), e.line_no) for e in events] == [
+        (DecodeStats, 1), (DecodeStats, 3), (DecodeStats, 4), (ServerReady, 5), (DecodeStats, 6)]
+    # the first read (nothing handed over yet), the ready line with the two stats held before it,
+    # and the last stat line at EOF: never one call per read
+    assert len(calls) <= 3, calls
+    assert any(call[-1] == events[3] and len(call) >= 3 for call in calls), calls
+    assert order[-1] == "eof" and order.count("eof") == 1  # nothing after EOF
+
+
+def test_held_output_reaches_the_loop_without_more_output(tmp_path: Path) -> None:
+    """Output held for its hand-over is not left waiting for the next output: the pump wakes for it
+    (a stall timer must hear of the engine's last line even if the engine then goes quiet)."""
+    async def main() -> list[EngineEvent]:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        got: list[EngineEvent] = []
+        both = asyncio.Event()
+
+        def on_output(evs: list[EngineEvent]) -> None:
+            got.extend(evs)
+            if len(got) == 2:
+                both.set()
+
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=Parser(), on_output=on_output,
+                             on_eof=lambda: None)
+        pump.start()
+        os.write(w, b"Decode batch 1\n")
+        await asyncio.sleep(HAND_OVER_EVERY_S / 10)
+        os.write(w, b"Decode batch 2\n")  # most likely held: the first was just handed over
+        try:
+            await asyncio.wait_for(both.wait(), 30)  # the pipe stays open: no EOF flushes it
+        finally:
+            os.close(w)
+            assert pump.join(10)
+        return got
+
+    got = asyncio.run(main())
+    assert [e.line_no for e in got] == [1, 2]

@@ -36,10 +36,12 @@ from typing import Protocol
 
 from sglang_supervisor.core.events import (
     CaptureProgress,
+    DecodeStats,
     DeprecatedFlag,
     EngineCrashed,
     EngineEvent,
     EngineFailed,
+    PrefillStats,
     TracebackLine,
 )
 from sglang_supervisor.core.logmux import LineMux
@@ -56,6 +58,13 @@ IDLE_FLUSH_S = 0.5  # how often a partial line held for a whole-line log file is
 # of serving output), and a byte cap so that huge lines cannot make it hundreds of megabytes.
 FORWARD_QUEUE_LINES = 20_000
 FORWARD_QUEUE_BYTES = 4 << 20
+# Output that only moves the stall deadline or feeds the throughput window (no event, or only
+# stat lines) is handed to the loop at most this often; any other event goes at once, with what
+# was held before it, in order. A chatty engine flushes ~200 small writes a second, and a
+# call_soon_threadsafe for each cost the supervisor more CPU than parsing the lines. The stall
+# timer hears of such output this much late at most: nothing next to its seconds-long deadlines.
+HAND_OVER_EVERY_S = 0.1
+_PASSIVE = (DecodeStats, PrefillStats)
 
 PRIORITY_ERROR = 3
 PRIORITY_WARNING = 4
@@ -330,8 +339,10 @@ class EngineLogPump:
     """Reads `fd` (the engine's stderr) and `echo_fd` (its stdout, if given) until EOF in its own
     thread; see the module docstring. Lines of `echo_fd` are never given to `parser`.
 
-    `on_output(events)` runs on `loop` once per read of either (even with no events: any output
-    resets the stall timer); `on_eof()` runs on `loop` after the last read of both. Forwarded lines
+    `on_output(events)` runs on `loop` for output of either (even with no events: any output
+    resets the stall timer): at once for a read with an event other than stat lines, else at most
+    every HAND_OVER_EVERY_S with everything read since, in order; `on_eof()` runs on `loop` after
+    the last read of both, and after the last `on_output`. Forwarded lines
     go, in order, to `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)`
     once per line; both run on the pump's forwarding thread, never on the reader.
     """
@@ -376,6 +387,9 @@ class EngineLogPump:
         self._queue: BatchQueue[ForwardLine] = BatchQueue(forward_queue, forward_queue_bytes)
         self._clock = clock
         self._last_progress = -PROGRESS_FORWARD_S
+        self._held: list[EngineEvent] = []  # passive events not handed to the loop yet
+        self._holding = False  # output (with or without events) the loop has not heard of
+        self._last_hand_over = -HAND_OVER_EVERY_S
         self.stats = PumpStats()
         self._reader = threading.Thread(target=self._read_loop, name=name, daemon=True)
         self._forwarder = threading.Thread(target=self._forward_loop, name=f"{name}-forward",
@@ -418,7 +432,7 @@ class EngineLogPump:
                     except (OSError, ValueError):
                         self._chunk(st, b"", final=True)
                 while sel.get_map():
-                    ready = sel.select(self._mux_wait())
+                    ready = sel.select(self._wait())
                     for key, _ in ready:
                         st = key.data
                         try:
@@ -432,7 +446,11 @@ class EngineLogPump:
                         self._chunk(st, data, final=not data)
                     if self._mux.holding():
                         self._log.write(self._mux.idle(self._clock()))
+                    if self._holding and self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S:
+                        self._hand_over()
         finally:
+            if self._holding:
+                self._hand_over()
             self._log.close()
             for st in self._streams:
                 with contextlib.suppress(OSError):
@@ -440,9 +458,28 @@ class EngineLogPump:
             self._queue.close()  # the forwarder writes what is queued, then ends
             self._to_loop(self._on_eof)
 
-    def _mux_wait(self) -> float | None:
-        """How long to wait for output: for ever, unless a partial line waits for a quiet stream."""
-        return IDLE_FLUSH_S if self._mux.holding() else None
+    def _wait(self) -> float | None:
+        """How long to wait for output: for ever, unless a partial line waits for a quiet stream
+        or held output for its hand-over."""
+        waits = [IDLE_FLUSH_S] if self._mux.holding() else []
+        if self._holding:
+            waits.append(max(0.0, self._last_hand_over + HAND_OVER_EVERY_S - self._clock()))
+        return min(waits, default=None)
+
+    def _note_output(self, events: list[EngineEvent]) -> None:
+        """Output was read: hand it (and what is held) to the loop now if it carries an event
+        that matters or the last hand-over is old enough, else hold it."""
+        self._held += events
+        self._holding = True
+        if (self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S
+                or any(not isinstance(e, _PASSIVE) for e in events)):
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        held, self._held = self._held, []
+        self._holding = False
+        self._last_hand_over = self._clock()
+        self._to_loop(self._on_output, held)
 
     def _chunk(self, st: _Stream, raw: bytes, final: bool) -> None:
         try:
@@ -463,11 +500,11 @@ class EngineLogPump:
                 events += self._parser.finish()
             self.stats.events += len(events)
             if raw or events:
-                self._to_loop(self._on_output, events)
+                self._note_output(events)
         except Exception:  # a parser bug must not stop the pipe from draining
             self.stats.internal_errors += 1
             if raw:
-                self._to_loop(self._on_output, [])
+                self._note_output([])
 
     def _parse(self, lines: list[str], size: int, parsed: bool = True) -> list[EngineEvent]:
         """Parse one read's lines (not `parsed`: forward them only); queue those to forward as one

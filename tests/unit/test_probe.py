@@ -163,6 +163,19 @@ def test_parse_engine_metrics_real_fixture(sglang_0517: Any) -> None:
     assert m.decode_eager_passes is None  # this run never decoded without a graph
 
 
+def test_parse_engine_metrics_reads_only_its_samples(sglang_0517: Any) -> None:
+    """Only the samples read are parsed (the rest of SGLang's answer, histograms mostly, is ~95 % of
+    it): a family nothing reads may be anything; garbage where nothing is read is still garbage."""
+    real = (sglang_0517 / "graphs.metrics.txt").read_text()
+    noisy = real + "sglang:some_future_histogram_bucket{le=\"+Inf\"} not-a-number\n"
+    assert parse_engine_metrics(noisy) == parse_engine_metrics(real)
+    with pytest.raises(ValueError):
+        parse_engine_metrics(real.replace("sglang:num_running_reqs{", "sglang:num_running_reqs{{{", 1))
+    with pytest.raises(ValueError):
+        parse_engine_metrics("<html>not prometheus at all</html>\n")
+    assert parse_engine_metrics("# HELP other_metric x\nother_metric 1.0\n").running is None
+
+
 def test_parse_get_load_variants() -> None:
     two_ranks = [{"dp_rank": 0, "num_reqs": 5, "num_waiting_reqs": 2}, {"dp_rank": 1, "num_reqs": 0}]
     assert parse_get_load(two_ranks) == EngineLoad(3, 2, "get_load")

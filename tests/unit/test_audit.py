@@ -259,9 +259,10 @@ def test_single_batch_overlap_on_sm90_is_an_error_from_0513(cc: str, version: st
 def test_single_batch_overlap_without_gpu_facts_is_not_called_refused() -> None:
     assert "comm.sbo_sm90" not in codes(run(["--enable-single-batch-overlap"], "0.5.23"))
 
-def test_custom_allreduce_disabled_over_nvlink_is_a_warning() -> None:
+@pytest.mark.parametrize("tp_flag", ["--tp-size", "--tp", "--tensor-parallel-size"])  # argparse aliases
+def test_custom_allreduce_disabled_over_nvlink_is_a_warning(tp_flag: str) -> None:
     got = run(
-        ["--tp-size", "2", "--disable-custom-all-reduce"], gpus=[gpu("8.6", 0), gpu("8.6", 1)], link="nvlink"
+        [tp_flag, "2", "--disable-custom-all-reduce"], gpus=[gpu("8.6", 0), gpu("8.6", 1)], link="nvlink"
     )
     assert "comm.custom_ar" in codes(got, "warning")
 

@@ -12,6 +12,7 @@ from sglang_supervisor.commands.doctor import run_argcheck
 from sglang_supervisor.core import profiles
 from sglang_supervisor.engine import migrate
 from sglang_supervisor.engine import sglang as engine
+from sglang_supervisor.engine.argv import ALIASES
 from sglang_supervisor.engine.detect import is_simulator
 from sglang_supervisor.shell.configfile import load_config
 
@@ -145,3 +146,22 @@ def test_flag_catalogue_equals_the_real_parser(version: str, request: pytest.Fix
     ours = set(engine.flag_catalog(version).options) - ARGPARSE_OWN
     assert ours - real == set(), f"in our catalogue, not in sglang {version}"
     assert real - ours == set(), f"in sglang {version}, missing from our catalogue"
+
+
+def test_every_alias_the_real_parser_declares_reads_as_one_option(real_sglang: tuple[str, str]) -> None:
+    """engine/argv.ALIASES against each release: an alias it does not know would be read as a
+    different option (`--decode-context-parallel-size 2` as no DCP at all, and the READY gate would
+    wait for a prefill capture SGLang never runs)."""
+    version, python = real_sglang
+    groups = check(python, {}, list_options=True)["option_groups"]
+    aliases = [[n for n in g if n.startswith("--")] for g in groups]
+    aliases = [g for g in aliases if not any(n == "--no-" + m[2:] for n in g for m in g)]
+    assert aliases, f"sglang {version} declares no alias at all: is option_groups still read?"
+    for group in aliases:
+        assert len({ALIASES.get(n, n) for n in group}) == 1, (version, group)
+    # Two options of their own in this release must not be read as one (an alias that was an option
+    # before, `--grpc-http-sidecar-port` in 0.5.13, is that option under its later name: fine).
+    options = engine.flag_catalog(version).options
+    declared = {n for g in aliases for n in g}
+    assert [a for a, b in ALIASES.items() if a in options and b in options and a not in declared] == [], (
+        f"ALIASES reads two options of sglang {version} as one")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_supervisor.engine.argv import (
+    ALIASES,
     DEFAULT_DECODE_LOG_INTERVAL,
     TP_FLAGS,
     decode_log_interval,
@@ -64,3 +65,16 @@ def test_with_a_catalogue_an_abbreviation_is_the_option_argparse_would_pick() ->
 def test_a_switch_may_carry_a_boolean(value: str | None, on: bool) -> None:
     argv = ["--enable-metrics"] + ([value] if value is not None else [])
     assert parse_flags(argv).on("--enable-metrics") is on
+
+
+@pytest.mark.parametrize(("alias", "option"), sorted(ALIASES.items()))
+def test_an_alias_reads_as_its_option(alias: str, option: str) -> None:
+    assert parse_flags([alias, "7"]).last((option,)) == "7"
+    assert parse_flags([f"{alias}=7"]).get(option) == "7"
+    assert parse_flags([option, "1", alias, "2"]).get(option) == "2"  # one option: the last wins
+    assert alias not in parse_flags([alias, "7"]).values
+
+
+def test_an_alias_abbreviated_reads_as_its_option() -> None:
+    catalog = flag_catalog("0.5.23")
+    assert parse_flags(["--decode-context-parallel", "2"], catalog).get("--dcp-size") == "2"

@@ -49,6 +49,8 @@ def caps(args: list[str], version: str, tp: int) -> list[tuple[str, str, tuple[s
         # the disagreements: rules that turn the prefill graph off on 0.5.23
         (["--enable-kv-cache-sharding"], "0.5.23", 1, [("target", "decode", ONE)]),
         (["--dcp-size", "2"], "0.5.23", 1, [("target", "decode", ONE)]),
+        (["--decode-context-parallel-size", "2"], "0.5.23", 1, [("target", "decode", ONE)]),  # alias
+        (["--pipeline-parallel-size", "2"], "0.5.23", 1, [("target", "decode", ONE)]),
         (["--moe-a2a-backend", "mooncake"], "0.5.23", 1, [("target", "decode", ONE)]),
         (["--disaggregation-mode", "decode"], "0.5.23", 1, [("target", "decode", ONE)]),
         (["--enable-two-batch-overlap"], "0.5.23", 1, [("target", "decode", ONE)]),

@@ -90,6 +90,9 @@ def check(argvs: dict[str, list[str]], list_options: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"ok": True, "version": version, "results": results}
     if list_options:
         out["options"] = options
+        # the spellings of one option (aliases, and BooleanOptionalAction's --no- form)
+        out["option_groups"] = [list(a.option_strings) for a in real._actions
+                                if sum(o.startswith("--") for o in a.option_strings) > 1]
     return out
 
 

@@ -4,7 +4,9 @@ The READY gate (which graphs to wait for), the doctor (which rules apply), the s
 GPUs, how often the engine prints decode stats) all read a rendered argv; they read it here, with
 argparse's rules: `--opt=value` or `--opt value...`; a token that starts with `--` is the next
 option (a negative number such as `-1` is a value); the last occurrence of an option wins; with a
-catalogue, an unambiguous prefix stands for the full option, as argparse's allow_abbrev does.
+catalogue, an unambiguous prefix stands for the full option, as argparse's allow_abbrev does; an
+alias SGLang declares for an option (`--decode-context-parallel-size` for `--dcp-size`) is read as
+that option.
 """
 
 from __future__ import annotations
@@ -19,6 +21,28 @@ from sglang_supervisor.engine.sglang import FlagCatalog
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 DP_FLAGS = ("--dp-size", "--data-parallel-size")
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")
+# The other spellings argparse takes for one SGLang option (declared side by side), mapped to the
+# one this package reads. Without this, `--decode-context-parallel-size 2` would make the READY gate
+# wait for a prefill capture that SGLang never runs. tests/compat checks it against the real parser
+# of every release installed there.
+ALIASES: Mapping[str, str] = {
+    "--model": "--model-path",
+    "--tensor-parallel-size": "--tp-size",
+    "--data-parallel-size": "--dp-size",
+    "--pipeline-parallel-size": "--pp-size",
+    "--decode-context-parallel-size": "--dcp-size",
+    "--attention-context-parallel-size": "--attn-cp-size",
+    "--attention-data-parallel-size": "--attn-dp-size",
+    "--moe-data-parallel-size": "--moe-dp-size",
+    "--expert-parallel-size": "--ep-size",
+    "--ep": "--ep-size",
+    "--nccl-init-addr": "--dist-init-addr",
+    "--speculative-draft-model": "--speculative-draft-model-path",
+    "--hierarchical-sparse-attention-extra-config": "--hisparse-config",
+    "--grpc-http-sidecar-port": "--smg-http-sidecar-port",
+    "--context-bucket": "--cuda-graph-prefill-max-context",
+    "--enable-hicache": "--enable-hierarchical-cache",
+}
 # SGLang logs a `Decode batch ... cuda graph: X` line every `--decode-log-interval` decode steps
 # (default 40), counted across requests.
 DEFAULT_DECODE_LOG_INTERVAL = 40
@@ -95,6 +119,7 @@ def parse_flags(argv: Sequence[str], catalog: FlagCatalog | None = None) -> Flag
             name, eq, inline = tok.partition("=")
             if catalog is not None:
                 name = catalog.resolve(name) or name
+            name = ALIASES.get(name, name)
             out.setdefault(name, [])
             if eq:
                 out[name].append(inline)

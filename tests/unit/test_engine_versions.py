@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.graphs import ExpectedCapture, expected_captures, settled_by_prefill_off
 from sglang_supervisor.engine.sglang import (
     NEWEST_KNOWN_VERSION,
@@ -105,6 +106,20 @@ def test_generic_alias_from_catalogue() -> None:
     m = migrate_args(["--stream-output"], "0.5.23")
     assert m.args == ["--incremental-streaming-output"]
     assert m.migrations[0].since == "0.5.13"  # already a deprecated alias there
+
+
+def test_an_abbreviation_is_rendered_in_full_and_still_warned_about() -> None:
+    """argparse takes `--decode-context-parallel 2` for `--dcp-size 2`: rendered in full, the READY
+    gate and the TP size read what SGLang reads (a prefix read as no option at all expected a
+    prefill capture under DCP, and one GPU for `--tensor-parallel 2`)."""
+    m = migrate_args(["--decode-context-parallel", "2", "--tensor-parallel=2"], "0.5.23")
+    assert m.args == ["--decode-context-parallel-size", "2", "--tensor-parallel-size=2"]  # aliases
+    assert [(p.flag, p.severity) for p in m.problems] == [
+        ("--decode-context-parallel", "warning"), ("--tensor-parallel", "warning")]
+    assert [(c.owner, c.phase) for c in expected_captures(m.args, "0.5.23", 2)] == [("target", "decode")]
+    assert tp_size(m.args) == 2
+    ambiguous = migrate_args(["--enable-d", "1"], "0.5.23")  # argparse refuses it: left as written
+    assert ambiguous.args == ["--enable-d", "1"] and _errors(ambiguous) == ["--enable-d"]
 
 
 def test_migrate_env_spec_v2() -> None:

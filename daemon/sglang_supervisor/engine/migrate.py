@@ -220,7 +220,8 @@ def migrate_args(args: Sequence[str], version: str) -> ArgMigration:
 
     Renamed flags are rewritten (each one reported as a Migration); flags with no equivalent,
     removed choices and names that fail at runtime are error problems with a fix; the result is
-    validated against the target's catalogue (abbreviations and deprecations are warnings).
+    validated against the target's catalogue (abbreviations and deprecations are warnings), and
+    abbreviations are written in full.
     """
     target = flag_catalog(version)
     modern = at_least(version, PER_PHASE_GRAPHS)
@@ -253,11 +254,21 @@ def migrate_args(args: Sequence[str], version: str) -> ArgMigration:
             problems.append(problem)
             explained.add(item.flag)
         out.append(item)
-    argv = [tok for item in out for tok in item.render()]
-    problems.extend(p for p in target.validate(argv) if p.flag not in explained)
+    written = [tok for item in out for tok in item.render()]
+    problems.extend(p for p in target.validate(written) if p.flag not in explained)
     problems.extend(_duplicates(out, target))
     problems.extend(_forgeable_request_log(out, target))
+    argv = [tok for item in out for tok in _in_full(item, target).render()]
     return ArgMigration(argv, migrations, problems)
+
+
+def _in_full(item: _Item, target: FlagCatalog) -> _Item:
+    """An abbreviation as the option argparse expands it to (still a warning above): every reader
+    of the command (the READY gate's graph model, the TP size, doctor) then sees that option."""
+    if not item.flag or item.flag in target.options:
+        return item
+    full = target.resolve(item.flag)
+    return _Item(full, item.values, item.inline) if full else item
 
 
 def _generic_rename(flag: str, item: _Item, target: FlagCatalog) -> tuple[_Item, Migration] | None:

@@ -2,11 +2,13 @@
 
 These machines are noisy and differ from each other (docs/PERFORMANCE.md): a figure means little
 next to one measured elsewhere or at another time, so a change is judged against its base on the
-same host, A then B, several rounds, with the same harness on both sides. A is BASE checked out in
-a worktree with its own venv (its scripts/bootstrap); B is this checkout. By default A runs this
-checkout's bench/ (the daemon differs, the harness does not); --own-harness keeps A's.
+same host, alternating A and B (A B, then B A, ...: neither side always runs first on a cold
+cache), with the same harness on both sides. A is BASE checked out in a worktree of bench/ab's own
+(created and removed here; --keep leaves it for the next comparison) with its own venv (its
+scripts/bootstrap); B is this checkout. By default A runs this checkout's bench/ (the daemon
+differs, the harness does not); --own-harness keeps A's.
 
-    bench/ab BASE [--rounds N] [--own-harness] [--keep] -- BENCH/RUN OPTIONS
+    bench/ab BASE [--rounds N] [--own-harness] [--keep] [--workdir DIR] -- BENCH/RUN OPTIONS
     bench/ab main~3 --rounds 2 -- --quick --only ingest,steady --steady-seconds 60
 
 Prints one row per headline figure: A's and B's samples (one per round), B/A of their medians.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -100,18 +103,45 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def prepare_base(base: str, workdir: Path, own_harness: bool) -> Path:
+OWNED = ".bench-ab"  # in a worktree bench/ab made: the only kind it reuses, changes or removes
+READY = ".bench-ab-venv"  # the worktree's venv was bootstrapped to the end
+
+
+def prepare_base(base: str, workdir: Path, own_harness: bool) -> None:
+    """A's worktree at `base`: made here, or one bench/ab made before (--keep) at that commit."""
     sha = _git("rev-parse", "--verify", f"{base}^{{commit}}")
+    if workdir.resolve() == ROOT or ROOT in workdir.resolve().parents:
+        sys.exit(f"bench/ab: {workdir} is this checkout (or inside it); pass another --workdir")
     if not workdir.exists():
         _git("worktree", "add", "--detach", str(workdir), sha)
+        (workdir / OWNED).write_text(f"made by bench/ab for {base} ({sha})\n")
+    elif not (workdir / OWNED).exists():
+        sys.exit(f"bench/ab: {workdir} exists and bench/ab did not make it; pass another --workdir")
     elif _git("rev-parse", "HEAD", cwd=workdir) != sha:
-        sys.exit(f"bench/ab: {workdir} holds another commit than {base}; remove it or pass --workdir")
+        sys.exit(f"bench/ab: {workdir} holds another commit than {base}; pass another --workdir")
     if not own_harness:
         shutil.rmtree(workdir / "bench", ignore_errors=True)
         shutil.copytree(ROOT / "bench", workdir / "bench", ignore=shutil.ignore_patterns("__pycache__"))
-    if not (workdir / ".venv" / "bin" / "python").exists():
+    if not (workdir / READY).exists():
         subprocess.run([str(workdir / "scripts" / "bootstrap")], cwd=workdir, check=True)
-    return workdir
+        (workdir / READY).write_text("scripts/bootstrap finished\n")
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """bench/ab's own arguments, and bench/run's (everything after the first `--`)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def sides(rounds: int, a: Path, b: Path) -> list[tuple[str, Path]]:
+    """A B, B A, A B, ...: a drift of the machine or a cold first run weighs on both sides."""
+    order: list[tuple[str, Path]] = []
+    for r in range(rounds):
+        pair = [("A", a), ("B", b)]
+        order += pair if r % 2 == 0 else pair[::-1]
+    return order
 
 
 def main() -> int:
@@ -121,35 +151,38 @@ def main() -> int:
     p.add_argument("--own-harness", action="store_true", help="A runs its own bench/, not this one's")
     p.add_argument("--workdir", type=Path, default=None, help="A's worktree (default /tmp/bench-ab-SHA)")
     p.add_argument("--keep", action="store_true", help="keep A's worktree for the next comparison")
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: options for bench/run")
-    args = p.parse_args()
-    passthrough = [a for a in args.bench_args if a != "--"]
+    p.epilog = "Options for bench/run go after `--`."
+    own, passthrough = split_argv(sys.argv[1:])
+    args = p.parse_args(own)
     if any(a.split("=")[0] in ("--out", "--json") for a in passthrough):
         p.error("--out and --json are bench/ab's: leave them out")
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     sha = _git("rev-parse", "--short", f"{args.base}^{{commit}}")
     workdir = args.workdir or Path(tempfile.gettempdir()) / f"bench-ab-{sha}"
-    base_root = prepare_base(args.base, workdir, args.own_harness)
     samples: dict[str, list[Figures]] = {"A": [], "B": []}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # each side imports its own daemon
     try:
+        prepare_base(args.base, workdir, args.own_harness)
         with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
-            for r in range(args.rounds):
-                for side, root in (("A", base_root), ("B", ROOT)):
-                    out = Path(tmp) / f"{side}{r}"
-                    print(f"== round {r + 1}/{args.rounds}, {side} ({root})", file=sys.stderr, flush=True)
-                    subprocess.run([str(root / "bench" / "run"), *passthrough, "--out", f"{out}.md",
-                                    "--json", f"{out}.json"], cwd=root, check=False)
-                    if Path(f"{out}.json").exists():
-                        samples[side].append(figures(json.loads(Path(f"{out}.json").read_text())))
+            for i, (side, root) in enumerate(sides(args.rounds, workdir, ROOT)):
+                out = Path(tmp) / f"{side}{i}"
+                print(f"== run {i + 1}/{2 * args.rounds}: {side} ({root})", file=sys.stderr, flush=True)
+                subprocess.run([str(root / "bench" / "run"), *passthrough, "--out", f"{out}.md",
+                                "--json", f"{out}.json"], cwd=root, env=env, check=False)
+                if Path(f"{out}.json").exists():
+                    samples[side].append(figures(json.loads(Path(f"{out}.json").read_text())))
     finally:
-        if not args.keep:
-            _git("worktree", "remove", "--force", str(workdir))
+        if not args.keep and (workdir / OWNED).exists():
+            done = subprocess.run(["git", "worktree", "remove", "--force", str(workdir)], cwd=ROOT,
+                                  capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                print(f"bench/ab: could not remove {workdir}: {done.stderr.strip()}", file=sys.stderr)
     if not samples["A"] or not samples["B"]:
         print("bench/ab: a side produced no report; see its output above", file=sys.stderr)
         return 1
     print(f"A = {sha} ({args.base}), B = {_git('rev-parse', '--short', 'HEAD')} + working tree; "
-          f"{args.rounds} round(s), A then B; bench/run {' '.join(passthrough)}\n")
+          f"{args.rounds} round(s), A and B alternating; bench/run {' '.join(passthrough)}\n")
     print(table(samples["A"], samples["B"]))
     return 0
 

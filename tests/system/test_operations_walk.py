@@ -359,8 +359,12 @@ def settle_dpkg(wait_s: float = 600) -> None:
     the clean host the walk starts on, and the guide's `apt-get install` would fail on it."""
     deadline = time.monotonic() + wait_s
     while True:
-        proc = subprocess.run(["dpkg", "--configure", "-a"], capture_output=True, text=True, check=False,
-                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=wait_s)
+        try:  # a conffile question would wait for ever: answered by the force options, stdin closed
+            proc = subprocess.run(["dpkg", "--configure", "-a", "--force-confdef", "--force-confold"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"dpkg --configure -a did not finish in {wait_s:.0f} s on this host")
         if proc.returncode == 0:
             return
         if "lock" not in proc.stderr or time.monotonic() > deadline:

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import ab
@@ -43,3 +45,25 @@ def test_the_table_gives_b_over_a_of_the_medians_for_figures_both_sides_have() -
     assert rows["engine exit -> respawn, p50 s"].endswith("| 0.2, 0.2 | 0.4, 0.4 | 2.00 |")
     assert rows["ingest: reader + file + parser, lines/s"].endswith("| 0.50 |")  # twice the time
     assert "CPU, at rest, % of a core" not in rows  # one B round errored there: no ratio
+
+
+def test_options_after_base_are_abs_and_after_the_double_dash_bench_runs() -> None:
+    assert ab.split_argv(["main~3", "--rounds", "3", "--keep", "--", "--quick", "--only", "ingest"]) == (
+        ["main~3", "--rounds", "3", "--keep"], ["--quick", "--only", "ingest"])
+    assert ab.split_argv(["main~3"]) == (["main~3"], [])
+
+
+def test_sides_alternate_so_that_neither_always_runs_first() -> None:
+    order = [side for side, _ in ab.sides(4, Path("a"), Path("b"))]
+    assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+
+
+def test_a_directory_bench_ab_did_not_make_is_never_used_nor_touched(tmp_path: Path) -> None:
+    mine = tmp_path / "my-worktree"
+    (mine / "bench").mkdir(parents=True)
+    (mine / "bench" / "notes.txt").write_text("uncommitted work")
+    for workdir in (mine, ab.ROOT, ab.ROOT / "bench"):
+        with pytest.raises(SystemExit):
+            ab.prepare_base("HEAD", workdir, own_harness=False)
+    assert (mine / "bench" / "notes.txt").read_text() == "uncommitted work"
+    assert (ab.ROOT / "bench" / "ab.py").exists()

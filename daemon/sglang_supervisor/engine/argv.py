@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 from sglang_supervisor.engine.sglang import FlagCatalog
 
-# The spellings of the tensor-parallel size (argparse aliases of one option).
-TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
-DP_FLAGS = ("--dp-size", "--data-parallel-size")
-PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")
+# The tensor-parallel size, and `--tp`: the abbreviation argparse expands, in a command read without
+# a catalogue (its alias `--tensor-parallel-size` is read as `--tp-size`: ALIASES).
+TP_FLAGS = ("--tp-size", "--tp")
 # The other spellings argparse takes for one SGLang option (declared side by side), mapped to the
 # one this package reads. Without this, `--decode-context-parallel-size 2` would make the READY gate
 # wait for a prefill capture that SGLang never runs. tests/compat checks it against the real parser
@@ -144,7 +143,12 @@ def options_set(argv: Sequence[str]) -> frozenset[str]:
 
 def tp_size(argv: Sequence[str]) -> int:
     """GPUs per engine (tensor parallel size); 1 when absent or not a positive integer."""
-    return max(1, parse_flags(argv).int_of(TP_FLAGS, 1))
+    return tp_of(parse_flags(argv))
+
+
+def tp_of(flags: Flags) -> int:
+    """`tp_size` of a command already read."""
+    return max(1, flags.int_of(TP_FLAGS, 1))
 
 
 def decode_log_interval(argv: Sequence[str]) -> int:

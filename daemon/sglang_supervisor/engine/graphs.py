@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglang_supervisor.core.events import GraphOwner, GraphPhase
-from sglang_supervisor.engine.argv import DP_FLAGS, PP_FLAGS, Flags, parse_flags
+from sglang_supervisor.engine.argv import Flags, parse_flags
 from sglang_supervisor.engine.modelinfo import (
     SGLANG_MM_PIECEWISE_GRAPH_ARCHS,
     SGLANG_PREFILL_GRAPH_DISABLED_ARCHS,
@@ -224,7 +224,7 @@ def _breakable_off_rules(flags: Flags, model: ModelInfo | None) -> list[str]:
     """0.5.15+: why the default breakable prefill graph goes off (the rules an explicit
     --cuda-graph-backend-prefill skips)."""
     off: list[str] = []
-    if flags.int_of(PP_FLAGS, 1) > 1:
+    if flags.int_of(("--pp-size",), 1) > 1:
         off.append("pipeline parallelism (--pp-size > 1): the prefill graph is opt-in with PP")
     if (flags.int("--dcp-size", 1) or 1) > 1:
         off.append("decode context parallel (--dcp-size > 1)")
@@ -281,7 +281,7 @@ def _piecewise_off_rules(flags: Flags, model: ModelInfo | None) -> list[str]:
         ),
         (flags.on("--enable-dp-attention"), "--enable-dp-attention"),
         (flags.on("--enable-torch-compile"), "--enable-torch-compile"),
-        (flags.int_of(PP_FLAGS, 1) > 1, "pipeline parallelism (--pp-size > 1)"),
+        (flags.int_of(("--pp-size",), 1) > 1, "pipeline parallelism (--pp-size > 1)"),
         ((flags.get("--device") or "cuda") != "cuda", "a non-CUDA --device"),
         ((flags.get("--moe-a2a-backend") or "none") != "none", "--moe-a2a-backend other than none"),
         (flags.on("--enable-lora") or flags.has("--lora-paths"), "LoRA"),
@@ -356,7 +356,7 @@ def expected_captures(args: Sequence[str], version: str, tp_size: int,
     """
     flags = parse_flags(args)
     decode, prefill = graph_phases(flags, version, model)
-    everyone, rank0 = _rank_labels(tp_size, flags.int_of(DP_FLAGS, 1))
+    everyone, rank0 = _rank_labels(tp_size, flags.int_of(("--dp-size",), 1))
     algo = (flags.get("--speculative-algorithm") or "").upper()
     speculative = bool(algo)
     draft_model = speculative and algo not in _SPEC_WITHOUT_DRAFT_MODEL

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sglang_supervisor.core.audit.findings import Finding
 from sglang_supervisor.core.gpufacts import GpuInfo, P2PLink
-from sglang_supervisor.engine.argv import TP_FLAGS, Flags
+from sglang_supervisor.engine.argv import Flags, tp_of
 from sglang_supervisor.engine.versions import SBO_REFUSED_ON_SM90, at_least
 
 
@@ -21,7 +21,7 @@ def _min_cc(gpus: Sequence[GpuInfo]) -> tuple[int, int] | None:
 
 def _tp_cc(flags: Flags, gpus: Sequence[GpuInfo]) -> tuple[int, tuple[int, int] | None]:
     """The TP size and the lowest compute capability among the GPUs it uses."""
-    tp = max(1, flags.int_of(TP_FLAGS, 1))  # any spelling argparse takes: --tp, --tensor-parallel-size
+    tp = tp_of(flags)
     return tp, _min_cc(list(gpus)[:tp])
 
 

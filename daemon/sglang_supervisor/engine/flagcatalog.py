@@ -1,5 +1,6 @@
 """One SGLang release's command line as data: every option, whether it takes a value, its choices,
-its nargs, its value type (int, float), its deprecation; and the check of an argv against it that argparse would make.
+its nargs, its value type (int, float), its deprecation; and the check of an argv against it that
+argparse would make.
 
 The catalogues (`catalog/sglang-<V>.json`) are extracted from the PyPI wheels by
 `scripts/gen-flag-catalog`; an unlisted version uses the nearest older catalogue.

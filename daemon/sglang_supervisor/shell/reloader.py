@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.inputs import ReloadRequested
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell import reloadcheck
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.logsetup import set_redactions
 from sglang_supervisor.shell.preflight import Prepared, prepare
@@ -221,7 +223,14 @@ class Reloader:
 
     def _read_blocking(self, path: str) -> tuple[Prepared, str]:
         config = load_config(path)
-        prepared = prepare(config, self._version(config))
+        prepared = prepare(config, self._version(config))  # the catalogue: flags, types, choices
+        changed = reloadcheck.changed_profiles(self.sup.prep, prepared)
+        problems, why_not = reloadcheck.real_parser_problems(prepared, changed, os.environ)
+        if problems:
+            raise ConfigError(problems, "the installed SGLang's argument parser")
+        if why_not is not None and changed:
+            log.info("supervisor.reload_parser_skipped", profiles=",".join(changed), why=why_not,
+                     hint="the changed profiles were checked against the flag catalogue only")
         return prepared, self.sup.fingerprint(prepared)
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:

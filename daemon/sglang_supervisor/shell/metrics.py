@@ -147,8 +147,9 @@ class SupervisorMetrics:
                                "SIGHUP reloads by result (applied, refused, rolled_back)",
                                ["result"], registry=r)
         self.reload_ok = Gauge(f"{NS}_config_last_reload_successful",
-                               "0 after a refused reload, until a reload is applied", registry=r)
-        for result in ("applied", "refused"):
+                               "0 after a refused or rolled-back reload, until a reload is applied",
+                               registry=r)
+        for result in ("applied", "refused", "rolled_back"):
             self.reloads.labels(result)
         self.reload_ok.set(1)
         self.internal_errors = Counter(

@@ -387,3 +387,17 @@ def test_gather_host_asks_who_serves_the_engine_port(
     assert facts.foreign == ("GPU0 pid 77 (python3 train.py) 1.0 GiB",)
     assert facts.engine_gpu_bytes == {0: 2**30}
     assert summary["engine_gpu_processes"] == list(facts.engine_gpu)
+
+
+def test_a_value_of_the_wrong_type_is_an_error_finding(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: doctor must find `max-running-requests: banana` (the real parser is absent here:
+    the catalogue's recorded types find it)."""
+    path = seed_config(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["profiles"][0].setdefault("args", {})["max-running-requests"] = "banana"
+    path.write_text(yaml.safe_dump(data))
+    rc, out = run_doctor(capsys, "--config", str(path), "--json")
+    assert rc == 1
+    errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    assert any("invalid int value 'banana'" in json.dumps(f) for f in errors), errors

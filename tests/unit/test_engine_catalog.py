@@ -116,3 +116,28 @@ def test_validate_choices_missing_values_abbreviations_and_deprecation() -> None
     typo = flag_catalog("0.5.17").validate(["--mamba-scheduler-strategyy", "extra_buffer"])
     assert len(typo) == 1
     assert "did you mean" in typo[0].fix
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.17", "0.5.23"])
+def test_validate_types_like_argparse(version: str) -> None:
+    """The recorded int/float converters refuse what SGLang's argparse refuses with rc 2 (issue 28:
+    `max-running-requests: banana` passed check and doctor, then took the engine down on reload)."""
+    cat = flag_catalog(version)
+    assert cat.options["--max-running-requests"].value_type == "int"
+    assert cat.options["--mem-fraction-static"].value_type == "float"
+    assert cat.options["--model-path"].value_type is None  # str: anything goes
+    [bad] = cat.validate(["--max-running-requests", "banana"])
+    assert (bad.flag, bad.severity) == ("--max-running-requests", "error")
+    assert "invalid int value 'banana'" in bad.message and "integer" in bad.fix
+    assert cat.validate(["--mem-fraction-static", "0.8x"])[0].severity == "error"
+    assert cat.validate(["--max-running-requests", "64", "--mem-fraction-static=0.85"]) == []
+
+
+def test_validate_types_of_every_value_and_int_choices() -> None:
+    cat = flag_catalog("0.5.23")
+    [bad] = cat.validate(["--cuda-graph-bs-decode", "1", "2", "x"])
+    assert "'x'" in bad.message
+    # an int choice is compared after the conversion, as argparse does
+    assert cat.options["--log-requests-level"].value_type == "int"
+    assert cat.validate(["--log-requests-level", "03"]) == []
+    assert cat.validate(["--log-requests-level", "7"])[0].severity == "error"

@@ -33,7 +33,7 @@ def test_every_input_type_is_in_the_union() -> None:
 def test_every_action_type_is_in_the_union() -> None:
     members = set(typing.get_args(actions.Action))
     assert members == _dataclasses_of(actions)
-    assert len(members) == 14
+    assert len(members) == 15  # RollBack: a reloaded command that failed before READY
 
 
 def test_every_engine_event_is_handled_or_knowingly_ignored() -> None:
@@ -49,7 +49,7 @@ def test_the_enums_keep_the_strings_on_disk_and_in_labels() -> None:
         "signal", "reload", "regression", "gpu_busy", "hang", "start_timeout", "wedged",
         "probe_hung", "probe_failed", "capture_missing", "failed"]
     assert [o.value for o in Outcome] == ["running", "ready", "failed", "crashed", "stopped"]
-    assert [c.value for c in RestartCause] == ["regression", "reload"]
+    assert [c.value for c in RestartCause] == ["regression", "reload", "rollback"]
     # They print as their values (a plain (str, Enum) prints "StopReason.SIGNAL" on 3.11).
     assert f"{StopReason.WEDGED}" == str(StopReason.WEDGED) == "wedged"
     assert StopReason.SIGNAL == "signal" and "signal" in PLANNED_STOPS

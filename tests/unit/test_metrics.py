@@ -204,3 +204,16 @@ def test_status_provider_failure_is_a_500_not_a_crash() -> None:
             await srv.stop()
 
     assert asyncio.run(go()) == 500
+
+
+def test_reload_results_count_a_rollback_as_not_successful() -> None:
+    m = SupervisorMetrics(with_gpu=False)
+    assert value(m, "sglang_supervisor_config_reloads_total", result="rolled_back") == 0
+    m.reload_result("rolled_back")
+    assert value(m, "sglang_supervisor_config_reloads_total", result="rolled_back") == 1
+    assert value(m, "sglang_supervisor_config_last_reload_successful") == 0
+    m.reload_result("applied")
+    assert value(m, "sglang_supervisor_config_last_reload_successful") == 1
+    assert value(m, "sglang_supervisor_config_reloads_total", result="applied") == 1
+    m.restart("rollback")
+    assert value(m, "sglang_supervisor_restarts_total", reason="rollback") == 1

@@ -124,3 +124,13 @@ def test_render_redacts_and_never_reads_the_key(tmp_path: Path, capsys: Capture)
         assert "/run/demo/demo-engine-secrets.yaml" in out
     code, out, err = run(capsys, "check", "-c", str(cfg), "--json")
     assert code == 0 and "sk-top-secret-0042" not in out + err
+
+
+def test_check_refuses_a_value_of_the_wrong_type(tmp_path: Path, capsys: Capture) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(DEMO).read_text().replace("max-running-requests: 16",
+                                                   "max-running-requests: banana"))
+    code, _, err = run(capsys, "check", "-c", str(bad))
+    assert code == 78
+    assert "--max-running-requests: invalid int value 'banana'" in err
+    assert "Traceback" not in err

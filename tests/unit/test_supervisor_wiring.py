@@ -15,12 +15,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.core.actions import Launch, MarkGood
-from sglang_supervisor.core.config import parse_config
+from sglang_supervisor.core.config import ConfigProblem, parse_config
 from sglang_supervisor.core.events import ServerReady
 from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, Start, StopRequested
 from sglang_supervisor.core.phases import Phase
 from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
-from sglang_supervisor.shell import reloader
+from sglang_supervisor.shell import reloadcheck, reloader
 from sglang_supervisor.shell.configfile import default_demo_config_path
 from sglang_supervisor.shell.process import StopResult
 from sglang_supervisor.shell.runner import Engine
@@ -287,3 +287,35 @@ def test_a_reload_blocked_for_ever_on_its_file_does_not_keep_the_supervisor_from
         raise AssertionError("the process never exited: the blocked reader thread was joined") from None
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "RESULT refused", done.stdout[-2000:]
+
+
+def test_a_reload_the_real_parser_refuses_is_refused_before_anything_drains(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """The reloader puts the changed profiles to reloadcheck (the installed SGLang's parser) and
+    refuses the reload on its verdict; a parser that cannot run leaves the catalogue's verdict."""
+    data = demo_data(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    sup = Supervisor(prepare(parse_config(path.read_text()), VERSION),
+                     Options(config_path=str(path), environ={}))
+    data["profiles"][0].setdefault("args", {})["max-running-requests"] = 32
+    path.write_text(yaml.safe_dump(data))
+    asked: list[list[str]] = []
+    verdict: tuple[list[ConfigProblem], str | None] = (
+        [ConfigProblem("profiles.tuned", "the real sglang parser rejects this profile: nope", "fix it")],
+        None)
+
+    def fake(new: Any, names: Any, environ: Any, **_: Any) -> tuple[list[ConfigProblem], str | None]:
+        asked.append(list(names))
+        return verdict
+
+    monkeypatch.setattr(reloadcheck, "real_parser_problems", fake)
+    prep = sup.prep
+    asyncio.run(sup.reloader.reload())
+    assert asked == [["tuned"]]
+    assert sup.reloader.last is not None and sup.reloader.last["result"] == "refused"
+    assert "profiles.tuned: the real sglang parser rejects" in sup.reloader.last["reason"]
+    assert sup.prep is prep
+    verdict = ([], "sglang is not importable there")
+    asyncio.run(sup.reloader.reload())
+    assert sup.reloader.last["result"] == "applied" and sup.prep is not prep

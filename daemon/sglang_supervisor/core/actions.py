@@ -95,6 +95,17 @@ class WaitTemporary:
 
 
 @dataclass(frozen=True)
+class RollBack:
+    """The command a reload started failed before READY: the shell puts back the configuration
+    that served before that reload (the `Launch` after this one starts its `profile`), and reports
+    the refused change where operators look (STATUS=, /status, a metric)."""
+
+    profile: str
+    failure_class: str  # a FailureClass value
+    message: str
+
+
+@dataclass(frozen=True)
 class Exit:
     code: ExitCode
     reason: str
@@ -125,4 +136,5 @@ Action = (
     | Exit
     | Log
     | WaitTemporary
+    | RollBack
 )

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing_extensions import assert_never
 
-from sglang_supervisor.core.actions import Action, Log, MarkBad, NotifyReady, NotifyReloading, NotifyStopping
+from sglang_supervisor.core.actions import (
+    Action,
+    Log,
+    MarkBad,
+    NotifyReady,
+    NotifyReloading,
+    NotifyStopping,
+    RollBack,
+)
 from sglang_supervisor.core.events import EngineEvent, FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import (
@@ -139,6 +147,8 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             self._close_attempt(now, Outcome.FAILED, FailureClass.UNKNOWN_FLAG)
             acts.append(Log("engine.launch_failed", "error", {"profile": self.profile,
                                                                "message": inp.message}))
+            if self._rollback is not None and self.cur.stop_reason is not StopReason.SIGNAL:
+                return acts + self._roll_back(FailureClass.UNKNOWN_FLAG, inp.message, now)
             return acts + self._exit(ExitCode.CONFIG, inp.message, now)
         if self.cur.stop_reason is StopReason.SIGNAL:
             return acts + self._stopped_by_signal(now)
@@ -207,6 +217,10 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         crashes = self._crashes.get(profile, 0)
         decision = decide_next_profile(failure, profile, after_ready=after_ready, crashes=crashes,
                                        ladder=self._ladder(), refused_flag=refused_flag)
+        if self._rollback is not None and not isinstance(decision, RetrySame | WaitThenSame):
+            # The reloaded command failed before READY (refused, capture, hang, never ready):
+            # not the ladder's business but the change's. The command that served comes back.
+            return acts + self._roll_back(failure, message, now)
         if after_ready and not isinstance(decision, ExitConfig | WaitThenSame):
             self._crashes[profile] = crashes + 1
         match decision:
@@ -236,6 +250,32 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
                                            self.settings.backoff_s, failure.value)
             case _:
                 assert_never(decision)
+
+    def _roll_back(self, failure: FailureClass, message: str, now: float) -> list[Action]:
+        """Back to the profile and settings that served before the reload; the shell puts the
+        previous configuration back on `RollBack` (before the `Launch` that follows it). Nothing
+        is marked bad: the failed command belongs to a configuration that is gone."""
+        assert self._rollback is not None
+        profile, settings = self._rollback
+        self._rollback = None
+        failed = self.profile or ""
+        self.settings = settings
+        self._order = ladder_order(settings)
+        self._skipped = skipped_known_bad(settings)
+        self._failed.clear()
+        self._crashes.clear()
+        self._probation = None
+        acts: list[Action] = [
+            Log("supervisor.reload_rolled_back", "error", {
+                "failed_profile": failed, "failure_class": failure.value, "message": message,
+                "profile": profile,
+                "hint": "the reloaded configuration failed before READY; the previous one serves "
+                        "again. Fix the file (sglang-supervisor check / doctor) and reload"}),
+            RollBack(profile, failure.value, message),
+        ]
+        acts += self._set_phase(Phase.RESTARTING, now)
+        return acts + self._launch(profile, "rollback after a failed reload", now,
+                                   settings.backoff_s, RestartCause.ROLLBACK.value)
 
     def _gave_up_on(self, profile: str, failure: FailureClass, acts: list[Action]) -> None:
         self._failed.add(profile)
@@ -289,6 +329,7 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             acts.append(NotifyReloading())
         acts.append(Log("supervisor.reload", "info", {"changed": inp.changed,
                                                       "profile": self.profile}))
+        old_settings = self.settings
         if inp.settings is not None:
             self.settings = inp.settings
             self._order = ladder_order(inp.settings)
@@ -298,6 +339,11 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
                 acts.append(NotifyReady())
             return acts
         # The command changed: give every profile a fresh chance under the new configuration.
+        # A serving engine's profile and settings are what a failing new command gives way to
+        # (kept from the first reload while one is still unproven).
+        if self._rollback is None and self.cur.reached_ready and self.cur.engine_alive and (
+                self.profile is not None):
+            self._rollback = (self.profile, old_settings)
         self._failed.clear()
         self._crashes.clear()
         target = self.profile if self.profile in self._order else self._order[0]

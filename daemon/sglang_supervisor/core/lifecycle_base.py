@@ -67,8 +67,17 @@ class LifecycleBase:
         self._temp_deadline: float | None = None
         self._temp_failures = 0
         self._gpu_busy_detail = "GPU held by a foreign process"
+        # Armed by a reload that restarts a serving engine: the profile that served and the
+        # settings it served under, until the new command is READY. One host's GPUs cannot hold
+        # both engines, so "kept" means: put back and relaunched if the new command fails.
+        self._rollback: tuple[str, Settings] | None = None
 
     # -- public ---------------------------------------------------------------------------
+
+    @property
+    def rollback_to(self) -> str | None:
+        """The profile a failing reloaded command would give way to, while one is armed."""
+        return self._rollback[0] if self._rollback is not None else None
 
     @property
     def attempt(self) -> int:

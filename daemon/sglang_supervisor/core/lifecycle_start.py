@@ -186,6 +186,10 @@ class StartingLifecycle(LifecycleBase):
         if self._probation == self.profile:
             acts.append(Log("profile.probation_passed", "info", {"profile": self.profile}))
         self._probation = None
+        if self._rollback is not None:
+            acts.append(Log("supervisor.reload_proven", "info", {
+                "profile": self.profile, "instead_of": self._rollback[0]}))
+            self._rollback = None  # the reloaded command proved itself: nothing to go back to
         acts.append(Log("supervisor.ready", "info", {
             "profile": self.profile, "attempt": self.attempt, "tok_s": _round(inp.tok_s, 1),
             "ttft_s": _round(inp.ttft_s, 3), "seconds": self._seconds(now)}))

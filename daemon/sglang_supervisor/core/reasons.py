@@ -62,3 +62,4 @@ class RestartCause(TextEnum):
 
     REGRESSION = "regression"
     RELOAD = "reload"
+    ROLLBACK = "rollback"  # a reloaded command failed before READY: the previous one again

@@ -1,5 +1,6 @@
 """One SGLang release's command line as data: every option, whether it takes a value, its choices,
-its nargs, its deprecation; and the check of an argv against it that argparse would make.
+its nargs, its value type (int, float), its deprecation; and the check of an argv against it that
+argparse would make.
 
 The catalogues (`catalog/sglang-<V>.json`) are extracted from the PyPI wheels by
 `scripts/gen-flag-catalog`; an unlisted version uses the nearest older catalogue.
@@ -18,6 +19,9 @@ from typing import Literal
 from sglang_supervisor.engine.versions import _CATALOG_PACKAGE, nearest_known_version
 
 Severity = Literal["error", "warning"]
+ValueType = Literal["int", "float"]
+# argparse calls the option's `type=` on each value string: the same converters, the same verdict.
+_CONVERTERS = {"int": int, "float": float}
 
 
 
@@ -28,6 +32,7 @@ class FlagSpec:
     nargs: str | None  # argparse nargs ("+", "*", "?", "2"); None: exactly one value or a switch
     deprecated_to: str | None  # what SGLang's deprecation warning says to use instead
     deprecated: bool = False  # accepted with a warning (some have no replacement)
+    value_type: ValueType | None = None  # argparse's int/float converter; None: str or custom
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,23 @@ class FlagCatalog:
                     f"give {canonical} a value" + _choices_hint(spec),
                 )
             ]
+        if spec.value_type is not None:
+            convert = _CONVERTERS[spec.value_type]
+            bad: list[FlagProblem] = []
+            for value in values:
+                try:
+                    convert(value)
+                except ValueError:
+                    bad.append(FlagProblem(
+                        canonical,
+                        "error",
+                        f"{canonical}: invalid {spec.value_type} value {value!r} on sglang "
+                        f"{self.version} (SGLang exits with rc 2)",
+                        f"give {canonical} {'an integer' if spec.value_type == 'int' else 'a number'}"
+                        + (f" (one of {', '.join(spec.choices)})" if spec.choices else ""),
+                    ))
+            if bad:  # argparse converts before it compares with the choices
+                return bad
         if spec.choices is None:
             return []
         return [
@@ -137,7 +159,7 @@ class FlagCatalog:
                 "choose one of " + ", ".join(spec.choices),
             )
             for value in values
-            if value not in spec.choices
+            if _as_choice(value, spec) not in spec.choices
         ]
 
     def _canonical(self, name: str, problems: list[FlagProblem]) -> str | None:
@@ -215,6 +237,21 @@ def _choices_hint(spec: FlagSpec) -> str:
     return f" (one of {', '.join(spec.choices)})" if spec.choices else ""
 
 
+def _as_choice(value: str, spec: FlagSpec) -> str:
+    """The value as argparse compares it with the choices: converted first (`02` is choice 2)."""
+    if spec.value_type is None:
+        return value
+    return str(_CONVERTERS[spec.value_type](value))
+
+
+def _value_type(raw: object) -> ValueType | None:
+    if raw == "int":
+        return "int"
+    if raw == "float":
+        return "float"
+    return None
+
+
 @cache
 def flag_catalog(version: str) -> FlagCatalog:
     """The flag catalogue of `version` (or of the nearest older known version)."""
@@ -229,6 +266,7 @@ def flag_catalog(version: str) -> FlagCatalog:
             nargs=spec["nargs"],
             deprecated_to=spec["deprecated_to"],
             deprecated=bool(spec.get("deprecated", False)),
+            value_type=_value_type(spec.get("type")),
         )
         for name, spec in raw["options"].items()
     }

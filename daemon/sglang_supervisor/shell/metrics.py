@@ -143,11 +143,13 @@ class SupervisorMetrics:
                                 "across restarts (0 at the best)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
-        self.reloads = Counter(f"{NS}_config_reloads", "SIGHUP reloads by result (applied, refused)",
+        self.reloads = Counter(f"{NS}_config_reloads",
+                               "SIGHUP reloads by result (applied, refused, rolled_back)",
                                ["result"], registry=r)
         self.reload_ok = Gauge(f"{NS}_config_last_reload_successful",
-                               "0 after a refused reload, until a reload is applied", registry=r)
-        for result in ("applied", "refused"):
+                               "0 after a refused or rolled-back reload, until a reload is applied",
+                               registry=r)
+        for result in ("applied", "refused", "rolled_back"):
             self.reloads.labels(result)
         self.reload_ok.set(1)
         self.internal_errors = Counter(
@@ -224,9 +226,12 @@ class SupervisorMetrics:
     # --- what CORE calls ---------------------------------------------------------------------
 
     def reload_result(self, result: str) -> None:
-        """`applied` or `refused` (a reload that would not apply every changed key)."""
-        self.reloads.labels("refused" if result == "refused" else "applied").inc()
-        self.reload_ok.set(0 if result == "refused" else 1)
+        """`applied`, `refused` (a reload that would not apply every changed key, or whose file
+        fails the checks) or `rolled_back` (its command failed before READY; the previous one
+        serves again)."""
+        label = result if result in ("refused", "rolled_back") else "applied"
+        self.reloads.labels(label).inc()
+        self.reload_ok.set(1 if label == "applied" else 0)
 
     def set_state(self, phase: str) -> None:
         """Current supervisor phase, one of STATES (others are shown as "other")."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -18,10 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from sglang_supervisor.core import reloadplan
+from sglang_supervisor.core.actions import RollBack
 from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.inputs import ReloadRequested
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.shell import reloadcheck
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.logsetup import set_redactions
 from sglang_supervisor.shell.preflight import Prepared, prepare
@@ -78,6 +81,9 @@ class Reloader:
         self.last: dict[str, Any] | None = None
         self.note: str | None = None
         self._give_up: asyncio.Future[str] | None = None  # set while a reload reads its file
+        # What served before the reload whose command is not yet READY: the configuration, its
+        # rendering and fingerprint, put back by `roll_back` if that command fails.
+        self.previous: tuple[Config, Prepared, str] | None = None
 
     def with_note(self, text: str) -> str:
         """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
@@ -128,6 +134,7 @@ class Reloader:
             return
         probe_changed = config.probe != sup.config.probe
         keys = reloadplan.changed_keys(sup.config, config)
+        before, armed = (sup.config, sup.prep, sup.fp), sup.lifecycle.rollback_to is not None
         sup.prep = prepared
         sup.config = config
         # Baselines, last good and known bad belong to the commands that earned them: the new
@@ -142,6 +149,7 @@ class Reloader:
                      "restarts_engine": changed}
         sup.metrics.reload_result("applied")
         sup.feed(ReloadRequested(changed, sup.settings(first_run=False)))
+        self._keep_for_rollback(before, armed)
         if not changed and current and sup.fp != old_fp and sup.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
             # restart of the supervisor would forget it), and /metrics names the new fingerprint.
@@ -151,6 +159,33 @@ class Reloader:
             sup.publish_active(current)
         if probe_changed and not changed:
             sup.serving.probe_settings_changed()
+
+    def _keep_for_rollback(self, before: tuple[Config, Prepared, str], armed: bool) -> None:
+        """The lifecycle arms a rollback when this reload restarts a serving engine: what ran
+        until now is then what comes back; one armed by an earlier reload keeps its own."""
+        if self.sup.lifecycle.rollback_to is None:
+            self.previous = None
+        elif not armed:
+            self.previous = before
+
+    def roll_back(self, action: RollBack) -> None:
+        """The reloaded command failed before READY (`action`): the configuration that served
+        before comes back whole, and the refused change is reported like a refused reload (the
+        journal had the lifecycle's `supervisor.reload_rolled_back`)."""
+        sup = self.sup
+        if self.previous is None:  # armed only together (see _reload): a bug if it happens
+            log.error("supervisor.rollback_missing", profile=action.profile)
+            return
+        sup.config, sup.prep, sup.fp = self.previous
+        self.previous = None
+        if secrets := [k for k in (sup.prep.api_key, sup.prep.gateway_key) if k]:
+            set_redactions(secrets)
+        reason = f"{action.failure_class}: {action.message}"[:300]
+        self.note = f"reload rolled back ({action.failure_class}), previous config serves"[:200]
+        self.last = {"result": "rolled_back", "at": time.time(), "seq": self.seq,
+                     "reason": reason, "failure_class": action.failure_class,
+                     "profile": action.profile}
+        sup.metrics.reload_result("rolled_back")
 
     def abandon_read(self, why: str) -> None:
         """Give up the reload being read, if one is (a stop is waiting behind it)."""
@@ -188,7 +223,14 @@ class Reloader:
 
     def _read_blocking(self, path: str) -> tuple[Prepared, str]:
         config = load_config(path)
-        prepared = prepare(config, self._version(config))
+        prepared = prepare(config, self._version(config))  # the catalogue: flags, types, choices
+        changed = reloadcheck.changed_profiles(self.sup.prep, prepared)
+        problems, why_not = reloadcheck.real_parser_problems(prepared, changed, os.environ)
+        if problems:
+            raise ConfigError(problems, "the installed SGLang's argument parser")
+        if why_not is not None and changed:
+            log.info("supervisor.reload_parser_skipped", profiles=",".join(changed), why=why_not,
+                     hint="the changed profiles were checked against the flag catalogue only")
         return prepared, self.sup.fingerprint(prepared)
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:

@@ -46,6 +46,7 @@ from sglang_supervisor.core.actions import (
     NotifyReloading,
     NotifyStatus,
     NotifyStopping,
+    RollBack,
     RunReadyProbe,
     SetTimer,
     StopEngine,
@@ -401,6 +402,8 @@ class Supervisor:
                 self.metrics.start_attempt(a.profile, a.failure_class.value)
             case Exit():
                 self.exit(a)
+            case RollBack():
+                self.reloader.roll_back(a)
             case _:
                 assert_never(a)
 

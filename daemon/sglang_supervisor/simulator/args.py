@@ -205,10 +205,13 @@ def build_parser(catalog: FlagCatalog) -> argparse.ArgumentParser:
         if flag.choices is not None:
             kwargs["choices"] = list(flag.choices)
             kwargs.pop("metavar")
-        if opt in _INT_FLAGS:
+        # The catalogue's converter (recorded from the wheel), as the real parser has it.
+        if flag.value_type == "int" or opt in _INT_FLAGS:
             kwargs["type"] = int
-        elif opt in _FLOAT_FLAGS:
+        elif flag.value_type == "float" or opt in _FLOAT_FLAGS:
             kwargs["type"] = float
+        if "type" in kwargs and "choices" in kwargs:  # argparse compares converted values
+            kwargs["choices"] = [kwargs["type"](c) for c in kwargs["choices"]]
         if opt == "--model-path":
             kwargs["required"] = True
         p.add_argument(opt, **kwargs)

@@ -75,7 +75,7 @@ def test_the_operator_guide_and_build_depends_name_only_listed_packages() -> Non
     control = (REPO / "packaging/debian/control").read_text()
     build = re.search(r"^Build-Depends: (.*)$", control, re.M)
     assert build is not None
-    # debhelper-compat is provided by debhelper; python3 comes with python3-venv
+    # the -compat virtual package is debhelper's; python3 is pulled in by the venv package
     names = {re.sub(r"\s*\(.*\)", "", d).strip().replace("debhelper-compat", "debhelper")
              for d in build.group(1).split(",")} - {"python3"}
     assert names <= packages, names - packages

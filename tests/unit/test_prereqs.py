@@ -157,9 +157,12 @@ def test_without_root_it_prints_the_one_command_and_installs_nothing(tmp_path: P
     assert calls == [] and "sudo apt-get install" in printed.stderr
 
 
-def test_an_interrupted_dpkg_is_settled_before_apt_get(tmp_path: Path) -> None:
+def test_an_interrupted_dpkg_is_settled_before_apt_get_but_not_by_print(tmp_path: Path) -> None:
     (tmp_path / "dpkg" / "updates").mkdir(parents=True)
     (tmp_path / "dpkg" / "updates" / "0001").write_text("")
+    printed, calls = run_prereqs(tmp_path, "--print", installed=list(debian_prereqs()))
+    assert printed.returncode == 0 and calls == []
+    (tmp_path / "db").unlink()
     proc, calls = run_prereqs(tmp_path, installed=list(debian_prereqs())[1:])
     assert proc.returncode == 0, proc.stderr
     assert calls[0].startswith("dpkg --configure -a")

@@ -43,11 +43,13 @@ class TierSummary:
         tier = self.tier.get(report.nodeid, "unit")
         if report.failed:
             phase = Result(tier, "failed")
-        elif report.skipped and not hasattr(report, "wasxfail"):
+        elif report.skipped and hasattr(report, "wasxfail"):  # failed as expected: it ran
+            phase = Result(tier, "xfailed")
+        elif report.skipped:
             longrepr = report.longrepr
             text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
             phase = Result(tier, "skipped", skip_reason(text))
-        elif report.when == "call":  # passed, or an expected failure that failed as expected
+        elif report.when == "call":
             phase = Result(tier, "passed")
         else:
             return

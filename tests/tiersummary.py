@@ -19,9 +19,10 @@ from tiers import FIX_SEP
 
 # the README's table, in its order; a test without a tier marker is a unit test
 TIERS = ("unit", "integration", "system", "compat", "fleet")
-Outcome = Literal["passed", "failed", "skipped", "deselected", "collected"]
+Outcome = Literal["passed", "xfailed", "failed", "skipped", "deselected", "collected"]
 # how bad one phase's outcome is for the test: a failure in any phase wins, then a skip
-_RANK: dict[Outcome, int] = {"collected": 0, "deselected": 0, "passed": 1, "skipped": 2, "failed": 3}
+_RANK: dict[Outcome, int] = {"collected": 0, "deselected": 0, "passed": 1, "xfailed": 1, "skipped": 2,
+                             "failed": 3}
 REASONS_SHOWN = 4  # per tier; pytest's short summary (-ra) above lists every one
 REASON_WIDTH = 160
 
@@ -69,20 +70,21 @@ def _one_line(text: str) -> str:
 
 
 def _status(counts: Counter[str], prerequisite_skips: int, collect_only: bool) -> str:
-    ran = counts["passed"] + counts["failed"] + counts["skipped"]
+    ran = counts["passed"] + counts["xfailed"] + counts["failed"] + counts["skipped"]
     if collect_only:
         return "collected" if counts["collected"] else ("not selected" if counts["deselected"] else "none")
     if counts["failed"]:
         return "FAILED"
     if ran == 0:
         return "not selected" if counts["deselected"] else "not collected"
-    if counts["passed"] == 0:
+    if counts["passed"] + counts["xfailed"] == 0:
         return "SKIPPED"
     return "PARTIAL" if prerequisite_skips else "ran"
 
 
 def _counts_text(counts: Counter[str], collect_only: bool) -> str:
-    order = ("collected", "deselected") if collect_only else ("passed", "failed", "skipped", "deselected")
+    order = ("collected", "deselected") if collect_only else (
+        "passed", "xfailed", "failed", "skipped", "deselected")
     return ", ".join(f"{counts[k]} {k}" for k in order if counts[k])
 
 

@@ -57,6 +57,13 @@ def test_deselected_uncollected_and_failed_tiers_are_not_a_full_run() -> None:
         "NOT A FULL RUN: integration FAILED, compat not selected, fleet not collected")
 
 
+def test_an_expected_failure_counts_as_run_and_is_shown_apart() -> None:
+    s = summarize([*every_tier_passed(), Result("fleet", "xfailed")])
+    assert s.full
+    assert line_of(s.lines, "fleet").split()[1:] == ["ran", "1", "passed,", "1", "xfailed"]
+    assert line_of(summarize([Result("unit", "xfailed")]).lines, "unit").split()[1] == "ran"
+
+
 def test_collection_errors_spoil_a_full_run() -> None:
     s = summarize(every_tier_passed(), collect_errors=2)
     assert not s.full

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tiers import require
+from tiers import apt_fix, require
 
 
 def free_port() -> int:
@@ -25,7 +25,7 @@ def free_port() -> int:
 
 def prometheus_binary() -> str:
     binary = shutil.which("prometheus")
-    require(binary is not None, "prometheus server not installed (Debian package prometheus)")
+    require(binary is not None, "prometheus server not installed", apt_fix("prometheus"))
     assert binary is not None
     return binary
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tiers import cache_dir, require, run_install
+from tiers import PYPI, cache_dir, require, run_install
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = cache_dir("compat")
@@ -116,7 +116,7 @@ def _venv(
 def deps_site() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     python, why = _venv(CACHE / "deps", DEPS, " ".join(DEPS))
-    require(python is not None, f"cannot build the compat deps venv (torch CPU, triton...): {why}")
+    require(python is not None, f"cannot build the compat deps venv (torch CPU, triton...): {why}", PYPI)
     return next((CACHE / "deps" / "lib").glob("python3*/site-packages"))
 
 
@@ -124,7 +124,7 @@ def sglang_python(version: str, deps: Path) -> str:
     python, why = _venv(
         CACHE / f"sglang-{version}", [f"sglang=={version}"], version, no_deps=True, deps_site=deps
     )
-    require(python is not None, f"cannot install sglang=={version} into {CACHE}: {why}")
+    require(python is not None, f"cannot install sglang=={version} into {CACHE}: {why}", PYPI)
     return str(python)
 
 
@@ -132,7 +132,7 @@ def sglang_python(version: str, deps: Path) -> str:
 def deps_tv_site() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     python, why = _venv(CACHE / "deps-tv", DEPS_TV, " ".join(DEPS_TV))
-    require(python is not None, f"cannot build the compat deps-tv venv (torch+torchvision...): {why}")
+    require(python is not None, f"cannot build the compat deps-tv venv (torch+torchvision...): {why}", PYPI)
     return next((CACHE / "deps-tv" / "lib").glob("python3*/site-packages"))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tiers import cache_dir, require, run_install
+from tiers import PYPI, cache_dir, require, run_install
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = cache_dir("fleet")
@@ -60,12 +60,12 @@ def venv(name: str, packages: list[str]) -> tuple[Path | None, str]:
 @pytest.fixture(scope="session")
 def router_python() -> str:
     python, why = venv("router", [ROUTER])
-    require(python is not None, f"cannot install {ROUTER} into {CACHE}/router: {why}")
+    require(python is not None, f"cannot install {ROUTER} into {CACHE}/router: {why}", PYPI)
     return str(python)
 
 
 @pytest.fixture(scope="session")
 def k8s_validate() -> str:
     python, why = venv("k8s", [K8S_VALIDATE])
-    require(python is not None, f"cannot install {K8S_VALIDATE} into {CACHE}/k8s: {why}")
+    require(python is not None, f"cannot install {K8S_VALIDATE} into {CACHE}/k8s: {why}", PYPI)
     return str(python.parent / "kubernetes-validate")

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from supervised import DEADLINE_S, base_config
-from tiers import require
+from tiers import AS_ROOT, require
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +102,7 @@ def pid1_runs() -> Iterator[list[Pid1]]:
 def test_pid1_reaps_the_orphans_of_a_killed_launcher_and_drains_on_sigterm(
         tmp_path: Path, pid1_runs: list[Pid1]) -> None:
     require(os.geteuid() == 0 and shutil.which("unshare") is not None,
-            "container mode needs root and unshare(1) for a PID namespace")
+            "container mode needs root and unshare(1) for a PID namespace", AS_ROOT)
     data = base_config(tmp_path)
     data.setdefault("logging", {})["format"] = "auto"  # JSON must follow from "no journald, no tty"
     run = Pid1(tmp_path, data)

@@ -18,7 +18,7 @@ import pytest
 
 from supervised import Daemon, free_port, start, stop_cleanly
 from supervised import base_config as config
-from tiers import require
+from tiers import AS_ROOT, require
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +155,8 @@ def metric(url: str, name: str) -> float:
 
 def test_disk_full_under_the_engine_log_is_an_event_and_a_metric(daemons: list[Daemon],
                                                                  tmp_path: Path) -> None:
-    require(can_mount_tmpfs(tmp_path), "needs root (mount namespaces and tmpfs) for a real full disk")
+    require(can_mount_tmpfs(tmp_path), "needs root (mount namespaces and tmpfs) for a real full disk",
+            AS_ROOT)
     disk = tmp_path / "disk"
     disk.mkdir()
     data = config(tmp_path)

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from integration import test_supervisor as harness
 from prometheus_server import prometheus, query
-from tiers import require
+from tiers import apt_fix, require
 
 pytestmark = pytest.mark.integration
 
@@ -260,7 +260,7 @@ def test_throughput_ratio_in_metrics_is_the_one_in_status(daemons, workdir, endp
 
 def test_promtool_check_metrics_is_clean_on_the_live_endpoint(daemons, workdir, endpoints) -> None:
     promtool = shutil.which("promtool")
-    require(promtool is not None, "promtool not installed (Debian package prometheus)")
+    require(promtool is not None, "promtool not installed", apt_fix("prometheus"))
     assert promtool is not None
     d = harness.start(daemons, workdir, probing_config(workdir, interval_s=0.5))
     ep = endpoint(endpoints, d)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from system.sandbox import Sandbox, allow_service_actions, unavailable_reason
-from tiers import require
+from tiers import SANDBOX_FIX, group_fix, require
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "packaging" / "out"
@@ -44,7 +44,7 @@ def build_deb() -> Path:
     """packaging/build-deb, unless packaging/out/ holds a package built from these sources."""
     for tool in ("dpkg-buildpackage", "dh_virtualenv", "lintian"):
         require(shutil.which(tool) is not None,
-                f"{tool} missing: apt-get install dpkg-dev debhelper dh-virtualenv python3-venv lintian")
+                f"{tool} missing: packaging/build-deb cannot build the package", group_fix("build"))
     digest = _source_digest()
     stamp = OUT / "sources.sha256"
     debs = sorted(OUT.glob(f"{PACKAGE}_*.deb"))
@@ -69,7 +69,7 @@ def deb() -> Path:
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[Sandbox]:
     reason = unavailable_reason()
-    require(reason is None, f"systemd sandbox unavailable: {reason}")
+    require(reason is None, f"systemd sandbox unavailable: {reason}", SANDBOX_FIX)
     box = Sandbox(f"sglang-systest-{os.getpid()}")
     box.up()
     try:

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from system.sandbox import TEST_DROPIN, Sandbox, free_port
-from tiers import require
+from tiers import apt_fix, require
 
 pytestmark = pytest.mark.system
 
@@ -550,7 +550,7 @@ def test_purge_removes_what_the_package_made_and_keeps_what_the_operator_added(b
 
 def test_install_script_is_idempotent_and_uninstall_purges(box: Sandbox) -> None:
     require(Path("/usr/bin/python3").exists(),
-            "scripts/install.sh needs the system python3 (apt-get install python3-venv)")
+            "scripts/install.sh needs the system python3", apt_fix("python3-venv"))
     for _ in range(2):
         box.run(str(REPO / "scripts" / "install.sh"), timeout=600)
     assert box.prop(UNIT, "FragmentPath") == f"/usr/local/lib/systemd/system/{UNIT}"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tiers import require
+from tiers import apt_fix, require
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "units"
@@ -26,7 +26,7 @@ SCORE_LIMIT = 4.0
 
 def _analyze() -> str:
     tool = shutil.which("systemd-analyze")
-    require(tool is not None, "systemd-analyze is not installed (apt-get install systemd)")
+    require(tool is not None, "systemd-analyze is not installed", apt_fix("systemd"))
     assert tool is not None
     return tool
 

@@ -21,7 +21,7 @@ from sglang_supervisor.shell.metrics import (
     SupervisorMetrics,
 )
 from sglang_supervisor.shell.probe import ProbeResult
-from tiers import require
+from tiers import apt_fix, require
 
 
 def h200(index: int = 0, reasons: tuple[str, ...] = ("sw_power_cap",)) -> GpuInfo:
@@ -149,7 +149,7 @@ def test_gpu_collector_families_and_absence_without_nvml() -> None:
 
 def test_promtool_check_metrics_is_clean() -> None:
     promtool = shutil.which("promtool")
-    require(promtool is not None, "promtool not installed (Debian package prometheus)")
+    require(promtool is not None, "promtool not installed", apt_fix("prometheus"))
     assert promtool is not None
     text = fed_metrics(with_gpu=True).exposition()
     proc = subprocess.run([promtool, "check", "metrics"], check=False, input=text, capture_output=True,

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_supervisor.shell.gpu import GpuInfo, GpuProcess
 from sglang_supervisor.shell.metrics import GpuCollector, SupervisorMetrics
-from tiers import require
+from tiers import apt_fix, require
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "etc" / "prometheus"
@@ -104,7 +104,7 @@ def test_scrape_example_targets_the_default_address() -> None:
 @pytest.fixture
 def promtool() -> str:
     path = shutil.which("promtool")
-    require(path is not None, "promtool not installed (Debian package prometheus)")
+    require(path is not None, "promtool not installed", apt_fix("prometheus"))
     assert path is not None
     return path
 

@@ -22,6 +22,7 @@ from sglang_supervisor.core.profiles import (
 )
 from sglang_supervisor.shell.apikey import read_api_key
 from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.groupsecret import read_group_secret
 
 
 def _problem_json(p: ConfigProblem) -> dict[str, str]:
@@ -64,6 +65,12 @@ def main(args: argparse.Namespace) -> int:
             # The key's own content (e.g. too short to redact): `run` reads it the same way.
             try:
                 read_api_key(config.engine)
+            except ConfigError as exc:
+                problems += exc.problems
+        if not problems and config.group is not None and config.group.secret_file is not None:
+            # Mode, owner and content of the link's secret: `run` reads it the same way.
+            try:
+                read_group_secret(config.group)
             except ConfigError as exc:
                 problems += exc.problems
         if not problems and config.gateway.api_key_file is not None:

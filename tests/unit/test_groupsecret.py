@@ -81,3 +81,21 @@ def test_a_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     path = secret_file(tmp_path)
     os.chown(path, 4242, 4242)
     assert "owned by uid 4242" in problem(settings(secret_file=str(path)))[1]
+
+
+@pytest.mark.parametrize(("mode", "code"), [(0o600, 0), (0o644, 78)])
+def test_check_reads_the_secret_as_run_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            mode: int, code: int) -> None:
+    from sglang_supervisor import cli
+    from sglang_supervisor.shell.configfile import default_demo_config_path
+
+    path = secret_file(tmp_path, mode=mode)
+    group = ("group:\n  nnodes: 2\n  dist_init_addr: 127.0.0.1:5000\n  link: 127.0.0.1:5001\n"
+             f"  secret_file: {path}\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(default_demo_config_path().read_text() + group)
+    assert cli.main(["check", "-c", str(cfg), "--sglang-version", "0.5.17"]) == code
+    err = capsys.readouterr().err
+    assert SECRET not in err
+    if code:
+        assert "group.secret_file" in err and f"chmod 600 {path}" in err

@@ -200,6 +200,7 @@ def test_forged_and_replayed_reports_are_refused_and_blame_no_profile(daemons, t
     rejected = leader.named("group.link_rejected")
     assert [e["reason"] for e in rejected] == ["unauthenticated", "forged", "replayed"]  # one a reason
     assert not leader.named("group.member_failed") and not leader.named("profile.fallback")
+    assert SECRET.decode() not in metrics + "".join(map(str, leader.events + worker.events))
     status = httpx.get(f"http://{leader_cfg['metrics']['address']}/status", timeout=5.0).json()
     assert status["group"]["generation"] == 1 and status["group"]["serving_nodes"] == [1]
     worker.wait_for("the worker still serves generation 1",

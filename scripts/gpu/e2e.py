@@ -27,6 +27,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -1456,11 +1457,18 @@ class E2E:
         host = self.o.dist_init_addr
         dist, link = f"{host}:{free_port()}", f"{host}:{free_port()}"
         runs: list[SupervisorRun] = []
+        # The link's shared secret (group.secret_file): one owner-only file for both nodes.
+        secret = self.work / "group.secret"
+        self.work.mkdir(parents=True, exist_ok=True)
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
         try:
             for rank in (0, 1):
                 cfg = self.config(f"node{rank}")
                 cfg["group"] = {"nnodes": 2, "node_rank": rank, "dist_init_addr": dist, "link": link,
-                                "leader_timeout_s": 10.0, "poll_interval_s": 0.5}
+                                "leader_timeout_s": 10.0, "poll_interval_s": 0.5,
+                                "secret_file": str(secret)}
                 if self.real:  # SGLang uses GPU base_gpu_id + local rank on each node: split them
                     per = self.o.tp // 2
                     cfg["engine"]["env"]["CUDA_VISIBLE_DEVICES"] = ",".join(

@@ -11,13 +11,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.group import Report
+from sglang_supervisor.core.linkauth import AUTH_HEADER
+from sglang_supervisor.shell.grouplink import stamp_now
 from sglang_supervisor.shell.process import group_members
 from supervised import Daemon, base_config, free_port, start
 
 pytestmark = pytest.mark.integration
+
+SECRET = b"3a" * 32
 
 
 def group_configs(tmp: Path, *faults: str, restart: str = "group", **timeouts: float
@@ -25,10 +32,13 @@ def group_configs(tmp: Path, *faults: str, restart: str = "group", **timeouts: f
     """(leader, worker) configurations: the same ladder, node ranks 0 and 1, own ports and dirs."""
     (tmp / "leader").mkdir()
     (tmp / "worker").mkdir()
+    secret = tmp / "group.secret"  # one file for both nodes, as copied to every node
+    secret.write_text(SECRET.decode() + "\n")
+    secret.chmod(0o600)
     leader = base_config(tmp / "leader", *faults, **timeouts)
     leader["group"] = {"nnodes": 2, "node_rank": 0, "dist_init_addr": f"127.0.0.1:{free_port()}",
                        "link": f"127.0.0.1:{free_port()}", "restart": restart,
-                       "leader_timeout_s": 2.0, "poll_interval_s": 0.2}
+                       "leader_timeout_s": 2.0, "poll_interval_s": 0.2, "secret_file": str(secret)}
     worker = copy.deepcopy(leader)
     worker["group"]["node_rank"] = 1
     worker["engine"]["port"] = free_port()
@@ -147,6 +157,72 @@ def test_external_restart_mode_exits_76_on_every_node(daemons, tmp_path) -> None
         for pid in d.engine_pids() + [int(e["pid"]) for e in d.named("group.engine_start")]:
             assert group_members(pid) == []
     assert os.path.exists(tmp_path / "leader" / "engine.log")
+
+
+def test_forged_and_replayed_reports_are_refused_and_blame_no_profile(daemons, tmp_path) -> None:
+    """Issue 29.1: a caller of the link without the secret posts failed reports (the attack that
+    marked every profile known-bad); one with a captured worker message replays it. Neither is
+    believed: the group keeps serving generation 1 on its first profile, nothing is marked bad."""
+    from sglang_supervisor.core.linkauth import sign
+
+    leader_cfg, worker_cfg = group_configs(tmp_path)
+    leader_cfg["metrics"] = {"enabled": True, "address": f"127.0.0.1:{free_port()}"}
+    leader = start(daemons, tmp_path / "leader", leader_cfg)
+    worker = start(daemons, tmp_path / "worker", worker_cfg)
+    leader.notified("READY=1")
+    worker.event("group.engine_start", generation=1, profile="tuned")
+    link = "http://" + leader_cfg["group"]["link"]
+    with httpx.Client(timeout=5.0) as client:
+        view = client.get(link + "/group")  # an outsider learns nothing, not even the instance ids
+        assert view.status_code == 401 and "generation" not in view.text
+        forged = Report(1, "guess", 1, "failed", FailureClass.CAPTURE_OOM, "oom").to_json()
+        for _ in range(10):
+            assert client.post(link + "/group/report", content=forged).status_code == 401
+        wrong = sign(b"w" * 64, "report", method="POST", path="/group/report", stamp=stamp_now(1),
+                     body=forged)
+        assert client.post(link + "/group/report", content=forged,
+                           headers={AUTH_HEADER: wrong}).status_code == 401
+        # A message the worker sends (its own instance, serving generation 1), captured off the
+        # wire and sent twice: the first is the worker's, the second a replay.
+        instance = worker.event("group.worker_start")["instance"]
+        body = Report(1, instance, 1, "serving", None, "", 1, 1).to_json()
+        header = sign(SECRET, "report", method="POST", path="/group/report", stamp=stamp_now(1),
+                      body=body)
+        assert client.post(link + "/group/report", content=body, headers={AUTH_HEADER: header}
+                           ).status_code == 200
+        again = client.post(link + "/group/report", content=body, headers={AUTH_HEADER: header})
+        assert again.status_code == 401 and again.text == "refused: replayed\n"
+        metrics = client.get(f"http://{leader_cfg['metrics']['address']}/metrics").text
+    # the GET and the ten posts without a header:
+    assert 'sglang_supervisor_group_link_rejected_total{reason="unauthenticated"} 11.0' in metrics
+    assert 'sglang_supervisor_group_link_rejected_total{reason="forged"} 1.0' in metrics
+    assert 'sglang_supervisor_group_link_rejected_total{reason="replayed"} 1.0' in metrics
+    rejected = leader.named("group.link_rejected")
+    assert [e["reason"] for e in rejected] == ["unauthenticated", "forged", "replayed"]  # one a reason
+    assert not leader.named("group.member_failed") and not leader.named("profile.fallback")
+    assert SECRET.decode() not in metrics + "".join(map(str, leader.events + worker.events))
+    status = httpx.get(f"http://{leader_cfg['metrics']['address']}/status", timeout=5.0).json()
+    assert status["group"]["generation"] == 1 and status["group"]["serving_nodes"] == [1]
+    worker.wait_for("the worker still serves generation 1",
+                    lambda: any(n.startswith("STATUS=node 1: serving generation 1") for n in worker.notes))
+    for d in (worker, leader):
+        assert d.stop() == 0
+
+
+def test_a_worker_with_another_secret_never_joins(daemons, tmp_path) -> None:
+    leader_cfg, worker_cfg = group_configs(tmp_path)
+    other = tmp_path / "worker" / "other.secret"
+    other.write_text("7b" * 32 + "\n")
+    other.chmod(0o600)
+    worker_cfg["group"]["secret_file"] = str(other)
+    leader = start(daemons, tmp_path / "leader", leader_cfg)
+    worker = start(daemons, tmp_path / "worker", worker_cfg)
+    leader.event("group.link_rejected", reason="forged")
+    refused = worker.event("group.leader_refused", status=401)
+    assert "forged" in refused["body"]
+    assert not worker.named("group.engine_start") and not leader.named("supervisor.ready")
+    for d in (worker, leader):
+        assert d.stop() == 0
 
 
 def test_gpu_e2e_is_ready_for_two_nodes_on_one_host(tmp_path) -> None:

@@ -24,7 +24,9 @@ from sglang_supervisor.core.group import (
     worker_decide,
 )
 
-G = {"nnodes": 2, "dist_init_addr": "10.0.0.1:5000", "link": "10.0.0.1:9402"}
+G = {"nnodes": 2, "dist_init_addr": "10.0.0.1:5000", "link": "10.0.0.1:9402",
+     "secret_file": "/etc/sglang-supervisor/group.secret"}
+NO_SECRET = {k: v for k, v in G.items() if k != "secret_file"}
 
 
 def test_flags_are_sglangs() -> None:
@@ -36,10 +38,21 @@ def test_flags_are_sglangs() -> None:
     ({"node_rank": 2}, "must be below group.nnodes"),
     ({"link": "10.0.0.1"}, "is not HOST:PORT"),
     ({"link": "10.0.0.1:5000"}, "different ports"),
+    ({"secret_file": "group.secret"}, "relative path"),
+    ({"secret_credential": "group-secret"}, "both set"),
+    ({"secret_file": None, "secret_credential": "a/b"}, "not a credential name"),
 ])
 def test_bad_settings_say_why(extra: dict[str, object], needle: str) -> None:
     with pytest.raises(ValidationError, match=needle):
         GroupSettings.model_validate({**G, **extra})
+
+
+def test_a_group_without_a_secret_is_refused_with_the_way_to_make_one() -> None:
+    with pytest.raises(ValidationError) as err:
+        GroupSettings.model_validate(NO_SECRET)
+    text = str(err.value)
+    assert "group.secret_file" in text and "openssl rand -hex 32" in text
+    assert GroupSettings.model_validate({**NO_SECRET, "secret_credential": "group-secret"}).leader
 
 
 def test_node_rank_from_the_environment() -> None:

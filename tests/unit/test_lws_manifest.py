@@ -61,3 +61,18 @@ def test_probes_on_the_leader_only_and_ports_from_the_config() -> None:
     for c in (lead, work):
         script = c["args"][0]
         assert "$LWS_LEADER_ADDRESS" in script and f'export {NODE_RANK_ENV}="$LWS_WORKER_INDEX"' in script
+
+
+def test_both_pods_mount_the_group_secret_owner_only() -> None:
+    tmpl = docs()["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    config = config_for(0)
+    assert config.group is not None and config.group.secret_file is not None
+    directory, name = config.group.secret_file.rsplit("/", 1)
+    for role in ("leaderTemplate", "workerTemplate"):
+        spec = tmpl[role]["spec"]
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert mounts["group-secret"]["mountPath"] == directory and mounts["group-secret"]["readOnly"]
+        secret = volumes["group-secret"]["secret"]
+        assert secret["defaultMode"] == 0o400, role  # 0400: the supervisor refuses more
+        assert f"--from-file={name}=" in MANIFEST.read_text()  # the comment says how to create it

@@ -22,6 +22,7 @@ from sglang_supervisor.core.profiles import (
 )
 from sglang_supervisor.shell.apikey import read_api_key
 from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.groupsecret import read_group_secret
 
 
 def _problem_json(p: ConfigProblem) -> dict[str, str]:
@@ -43,6 +44,32 @@ def _summary(path: str, config: Config, version: str, source: str, rendered: lis
     return "\n".join(lines)
 
 
+def _secret_problems(config: Config) -> list[ConfigProblem]:
+    """What `run` would say reading the secrets' files at start (content, mode, owner)."""
+    problems: list[ConfigProblem] = []
+    if config.engine.api_key_file is not None:
+        # The key's own content (e.g. too short to redact): `run` reads it the same way.
+        try:
+            read_api_key(config.engine)
+        except ConfigError as exc:
+            problems += exc.problems
+    if config.group is not None and config.group.secret_file is not None:
+        # Mode, owner and content of the link's secret: `run` reads it the same way.
+        try:
+            read_group_secret(config.group)
+        except ConfigError as exc:
+            problems += exc.problems
+    if not problems and config.gateway.api_key_file is not None:
+        # The daemon's module doubles check's start-up time: load it only when needed.
+        from sglang_supervisor.shell.supervisor import gateway_key  # noqa: PLC0415
+
+        try:
+            gateway_key(config)  # `run` reads it at start the same way
+        except ConfigError as exc:
+            problems += exc.problems
+    return problems
+
+
 def main(args: argparse.Namespace) -> int:
     warnings: list[ConfigProblem] = []
     rendered: list[RenderedCommand] = []
@@ -60,20 +87,8 @@ def main(args: argparse.Namespace) -> int:
                         secret_config_path=default_secret_config_path(config, os.environ))
             rendered.append(rc)
             problems += config_problems(config, rc, version)
-        if not problems and config.engine.api_key_file is not None:
-            # The key's own content (e.g. too short to redact): `run` reads it the same way.
-            try:
-                read_api_key(config.engine)
-            except ConfigError as exc:
-                problems += exc.problems
-        if not problems and config.gateway.api_key_file is not None:
-            # The daemon's module doubles check's start-up time: load it only when needed.
-            from sglang_supervisor.shell.supervisor import gateway_key  # noqa: PLC0415
-
-            try:
-                gateway_key(config)  # `run` reads it at start the same way
-            except ConfigError as exc:
-                problems += exc.problems
+        if not problems:
+            problems += _secret_problems(config)
         if problems:
             raise ConfigError(problems, args.config)
     except ConfigError as exc:

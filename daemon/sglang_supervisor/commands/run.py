@@ -54,8 +54,9 @@ def report_config_error(exc: ConfigError, path: str) -> int:
 async def run_worker_node(prepared: Prepared) -> int:
     """Node R > 0 of a multi-node group: follow the leader (grouplink.WorkerNode)."""
     version = prepared.version
+    assert prepared.group_secret is not None  # preflight reads it for every group
     node = WorkerNode(prepared.config, version, renders=dict(prepared.renders),
-                      api_key=prepared.api_key, environ=dict(os.environ),
+                      api_key=prepared.api_key, secret=prepared.group_secret, environ=dict(os.environ),
                       capture_keys=lambda argv: capture_keys(argv, version), tp_size=tp_size)
     return await node.run()
 

@@ -35,6 +35,7 @@ from sglang_supervisor.engine.graphs import rank_label
 NODE_RANK_ENV = "SGLANG_SUPERVISOR_NODE_RANK"  # overrides group.node_rank (LeaderWorkerSet)
 MAX_REPORT_BYTES = 4096  # a worker's report is a few hundred bytes; more is not a report
 MAX_VIEW_BYTES = 16384
+SECRET_FILE_EXAMPLE = "/etc/sglang-supervisor/group.secret"  # noqa: S105  (a path, no secret)
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 
@@ -50,6 +51,36 @@ class GroupSettings(BaseModel):
     restart: Literal["group", "external"] = "group"
     leader_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # worker: leader silent -> stop engine
     poll_interval_s: Annotated[float, Field(gt=0)] = 0.5
+    # The link's shared secret (core/linkauth.py), one of the two: a file, or the name of a
+    # systemd credential (LoadCredential=NAME:PATH). Never a value in the YAML, argv or env.
+    secret_file: str | None = None
+    secret_credential: str | None = None
+
+    @model_validator(mode="after")
+    def _secret(self) -> GroupSettings:
+        # Imported here: core.config imports this module for the `group:` block.
+        from sglang_supervisor.core.config import FixableValueError  # noqa: PLC0415
+
+        if self.secret_file is not None and self.secret_credential is not None:
+            raise FixableValueError("group.secret_file and group.secret_credential are both set",
+                                    "keep one of them")
+        if self.secret_file is None and self.secret_credential is None:
+            raise FixableValueError(
+                "a multi-node group needs a shared secret for its link (group.secret_file or "
+                "group.secret_credential): without one anyone who reaches group.link can "
+                "forge the nodes' reports",
+                f"create it once (umask 077; openssl rand -hex 32 > {SECRET_FILE_EXAMPLE}), copy "
+                f"the same file to every node (mode 600, owned by the service user) and set "
+                f"group.secret_file: {SECRET_FILE_EXAMPLE} (docs/OPERATIONS.md, multi-node)")
+        if self.secret_file is not None and not self.secret_file.startswith("/"):
+            raise FixableValueError(f"group.secret_file {self.secret_file!r} is a relative path "
+                                    "(systemd runs us in /)", "write the absolute path of the file")
+        name = self.secret_credential
+        if name is not None and (not name or "/" in name or name in {".", ".."}
+                                 or not name.isprintable()):
+            raise FixableValueError(f"group.secret_credential {name!r} is not a credential name",
+                                    "give the NAME of LoadCredential=NAME:PATH, not a path")
+        return self
 
     @model_validator(mode="after")
     def _shape(self) -> GroupSettings:

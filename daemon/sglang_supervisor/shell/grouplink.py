@@ -4,18 +4,21 @@ Decisions are group.py's (pure); this module carries them out with HTTP, process
 
 Leader (node 0): the ordinary Supervisor plus `LeaderLink`, a small HTTP server on `group.link`:
 `GET /group` publishes the generation (the lifecycle's attempt), the profile and the engine's
-state; `POST /group/report` takes a worker node's state (bounded, parsed as untrusted input). A
-worker's failure becomes an `EngineFailed` line of the leader's engine and the leader's engine is
-killed at once, so the existing lifecycle classifies, marks the profile and relaunches the group.
+state; `POST /group/report` takes a worker node's state (bounded, parsed as untrusted input). Every
+message both ways is authenticated with the group's secret (core/linkauth.py): a request without a
+valid, fresh MAC is refused before its body is parsed, counted by reason and logged at most once a
+minute per reason; an unauthenticated caller learns nothing of the group. A worker's failure
+becomes an `EngineFailed` line of the leader's engine and the leader's engine is killed at once,
+so the existing lifecycle classifies, marks the profile and relaunches the group.
 
 Worker (node R > 0): `WorkerNode` runs instead of the Supervisor. It never reads its engine's
 `/health` (SGLang's dummy server answers 200 whatever the ranks do): its engine is serving when the
 launcher printed the dummy server line after every local capture ended, and failed when the
 launcher exits or one of its scheduler processes is gone.
 
-Long because: both ends of one wire protocol (its bounds and parsing) live in one file, LeaderLink
-serving what WorkerNode posts and reads, so the wire's two sides change together; the messages and
-every decision are core/group.py's.
+Long because: both ends of one wire protocol (its bounds, parsing and authentication) live in one
+file, LeaderLink serving what WorkerNode posts and reads, so the wire's two sides change together;
+the messages and every decision are core/group.py's, the MACs core/linkauth.py's.
 """
 
 from __future__ import annotations
@@ -29,12 +32,12 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import structlog
 import uvicorn
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -71,6 +74,16 @@ from sglang_supervisor.core.group import (
     parse_view,
     worker_decide,
 )
+from sglang_supervisor.core.linkauth import (
+    AUTH_HEADER,
+    AuthError,
+    LogGate,
+    RejectReason,
+    ReplayGuard,
+    Stamp,
+    sign,
+    verify,
+)
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.profiles import default_secret_config_path
 from sglang_supervisor.core.readiness import CaptureKey, without_prefill
@@ -103,13 +116,31 @@ class _QuietServer(uvicorn.Server):
         yield  # the supervisor handles its own signals
 
 
-class LeaderLink:
-    """`GET /group`, `POST /group/report` on `group.link`."""
+REPORT_PATH = "/group/report"
+VIEW_PATH = "/group"
+REJECT_LOG_INTERVAL_S = 60.0  # one log line per reason per minute, however many packets
+_REJECT_STATUS = {RejectReason.MALFORMED: 400, RejectReason.OVERLOADED: 429}
 
-    def __init__(self, settings: GroupSettings, view: Callable[[], View],
+
+def stamp_now(node: int) -> Stamp:
+    """This node's stamp for a message it sends now: the wall clock (the nodes' clocks are compared,
+    not their monotonic ones) and a fresh random nonce."""
+    return Stamp(node, int(time.time() * 1000), secrets.token_hex(16))
+
+
+class LeaderLink:
+    """`GET /group`, `POST /group/report` on `group.link`, authenticated with the group's secret."""
+
+    def __init__(self, settings: GroupSettings, secret: bytes, *, view: Callable[[], View],
                  engine_running: Callable[[], bool], on_failure: Callable[[MemberFailed], None],
-                 on_progress: Callable[[], None] = lambda: None) -> None:
+                 on_progress: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
+        self._secret = secret
+        self._clock = clock
+        self.replay = ReplayGuard()
+        self.rejections: dict[RejectReason, int] = dict.fromkeys(RejectReason, 0)
+        self._gates = {r: LogGate(REJECT_LOG_INTERVAL_S) for r in RejectReason}
         self._on_progress = on_progress
         self._progress: dict[int, tuple[int | None, str, int]] = {}
         self.book = LeaderBook(settings.nnodes)
@@ -118,25 +149,73 @@ class LeaderLink:
         self._on_failure = on_failure
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
-        self.rejected = 0  # reports that were not reports (counted, logged once each)
+
+    @property
+    def rejected(self) -> int:
+        """Every message the link refused, whatever the reason."""
+        return sum(self.rejections.values())
+
+    def _refuse(self, request: Request, exc: AuthError) -> Response:
+        """Count, log (rate-limited) and answer a refused message: the reason's word only."""
+        self.rejections[exc.reason] += 1
+        now = self._clock()
+        due, held = self._gates[exc.reason].admit(now)
+        if due:
+            log.warning("group.link_rejected", reason=exc.reason.value, detail=str(exc),
+                        client=request.client.host if request.client else None,
+                        held_back=held, total=self.rejections[exc.reason],
+                        hint="a node with another group secret, a clock off by more than 30 s, "
+                             "or a hostile caller of group.link; at most one line a minute per reason")
+        status = _REJECT_STATUS.get(exc.reason, 401)
+        return PlainTextResponse(f"refused: {exc.reason.value}\n", status_code=status)
+
+    def _authenticate(self, request: Request, purpose: Literal["report", "get"], path: str,
+                      body: bytes) -> Stamp:
+        stamp = verify(self._secret, request.headers.get(AUTH_HEADER), purpose, method=request.method,
+                       path=path, body=body)
+        lo = 1 if purpose == "report" else 0
+        if not lo <= stamp.node < self.settings.nnodes:
+            raise AuthError(RejectReason.WRONG_NODE, f"node {stamp.node} is no sender of a {purpose}")
+        self.replay.admit(stamp, self._clock())
+        return stamp
+
+    def _signed_view(self, request: Request, path: str, answered: Stamp) -> Response:
+        body = self._view().to_json()
+        header = sign(self._secret, "view", method=request.method, path=path, stamp=stamp_now(0),
+                      body=body, bound=answered.nonce)
+        return Response(body, media_type="application/json", headers={AUTH_HEADER: header})
 
     def app(self) -> Starlette:
-        async def get_view(_: Request) -> Response:
-            return Response(self._view().to_json(), media_type="application/json")
+        async def get_view(request: Request) -> Response:
+            # Only the group's members see it: the instance ids it holds are what a forged
+            # report would need.
+            try:
+                stamp = self._authenticate(request, "get", VIEW_PATH, b"")
+            except AuthError as exc:
+                return self._refuse(request, exc)
+            return self._signed_view(request, VIEW_PATH, stamp)
 
         async def post_report(request: Request) -> Response:
+            if request.headers.get(AUTH_HEADER) is None:  # refused before its body is read
+                return self._refuse(request, AuthError(RejectReason.UNAUTHENTICATED,
+                                                       "no X-Group-Auth header"))
             body = b""
             async for chunk in request.stream():
                 body += chunk
                 if len(body) > MAX_REPORT_BYTES:
-                    break
+                    return self._refuse(request, AuthError(
+                        RejectReason.MALFORMED, f"a report of more than {MAX_REPORT_BYTES} bytes"))
             try:
-                report = parse_report(body, self.settings.nnodes)
-            except MessageError as exc:
-                self.rejected += 1
-                log.warning("group.report_rejected", client=request.client.host if request.client else None,
-                            reason=str(exc))
-                return PlainTextResponse(f"bad report: {exc}\n", status_code=400)
+                stamp = self._authenticate(request, "report", REPORT_PATH, body)
+                try:
+                    report = parse_report(body, self.settings.nnodes)
+                except MessageError as exc:
+                    raise AuthError(RejectReason.MALFORMED, f"bad report: {exc}") from None
+                if report.node_rank != stamp.node:
+                    raise AuthError(RejectReason.WRONG_NODE, f"node {stamp.node} reported for node "
+                                    f"{report.node_rank}")
+            except AuthError as exc:
+                return self._refuse(request, exc)
             failure = self.book.on_report(report, self._engine_running())
             if failure is not None:
                 self._on_failure(failure)
@@ -147,10 +226,10 @@ class LeaderLink:
                 if self._progress.get(report.node_rank) != mark:
                     self._progress[report.node_rank] = mark
                     self._on_progress()
-            return Response(self._view().to_json(), media_type="application/json")
+            return self._signed_view(request, REPORT_PATH, stamp)
 
-        return Starlette(routes=[Route("/group", get_view),
-                                 Route("/group/report", post_report, methods=["POST"])])
+        return Starlette(routes=[Route(VIEW_PATH, get_view),
+                                 Route(REPORT_PATH, post_report, methods=["POST"])])
 
     async def start(self) -> None:
         host, port = parse_address(self.settings.link)
@@ -204,7 +283,7 @@ class GroupCollector(Collector):
     def __init__(self, link: LeaderLink) -> None:
         self._link = link
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         book = self._link.book
         yield GaugeMetricFamily("sglang_supervisor_group_generation",
                                 "the group's current generation (one per group start)",
@@ -220,8 +299,15 @@ class GroupCollector(Collector):
         yield GaugeMetricFamily("sglang_supervisor_group_failed",
                                 "1 once this generation failed on any node", value=int(book.failed))
         yield GaugeMetricFamily("sglang_supervisor_group_rejected_reports",
-                                "reports to the link that were refused as malformed",
+                                "messages to the group link that were refused, any reason",
                                 value=self._link.rejected)
+        refused = CounterMetricFamily(
+            "sglang_supervisor_group_link_rejected",
+            "messages to the group link refused by reason (unauthenticated, forged, stale, replayed, "
+            "wrong_node, overloaded, malformed)", labels=["reason"])
+        for reason, count in self._link.rejections.items():
+            refused.add_metric([reason.value], float(count))
+        yield refused
 
 
 def member_failure_line(f: MemberFailed) -> EngineFailed:
@@ -268,7 +354,7 @@ class WorkerNode:
     """A worker node's supervisor: follows the leader's generation and profile."""
 
     def __init__(self, config: Config, version: str, *, renders: dict[str, Any], api_key: str | None,
-                 environ: dict[str, str],
+                 secret: bytes, environ: dict[str, str],
                  capture_keys: Callable[[Sequence[str]], frozenset[CaptureKey]],
                  tp_size: Callable[[Sequence[str]], int], notifier: Notifier | None = None) -> None:
         assert config.group is not None
@@ -281,6 +367,9 @@ class WorkerNode:
         self.notifier = notifier or Notifier(environ)
         self._capture_keys, self._tp_size = capture_keys, tp_size
         self.instance = secrets.token_hex(8)
+        self._secret = secret
+        self._refused_gate = LogGate(REJECT_LOG_INTERVAL_S)  # the leader's refusals, rate-limited
+        self._forged_gate = LogGate(REJECT_LOG_INTERVAL_S)  # answers without the leader's MAC
         self.engine: _LocalEngine | None = None
         self.last_generation: int | None = None  # the generation our last engine ran
         self._stop = asyncio.Event()
@@ -481,19 +570,39 @@ class WorkerNode:
         report = self._report()
         if report.state == "idle" and self._failed_report is not None:
             report = self._failed_report
+        payload = report.to_json()
+        stamp = stamp_now(self.settings.node_rank)
+        header = sign(self._secret, "report", method="POST", path=REPORT_PATH, stamp=stamp, body=payload)
         try:
-            async with client.stream("POST", base + "/group/report", content=report.to_json(),
-                                     headers={"content-type": "application/json"}) as resp:
+            async with client.stream("POST", base + REPORT_PATH, content=payload,
+                                     headers={"content-type": "application/json",
+                                              AUTH_HEADER: header}) as resp:
                 body = b""
                 async for chunk in resp.aiter_bytes():
                     body += chunk
                     if len(body) > MAX_VIEW_BYTES:
                         raise MessageError("view too large")
                 if resp.status_code != 200:
-                    log.warning("group.leader_refused", status=resp.status_code, body=body[:200].decode(
-                        "utf-8", "replace"))
+                    due, held = self._refused_gate.admit(time.monotonic())
+                    if due:
+                        log.warning("group.leader_refused", status=resp.status_code, held_back=held,
+                                    body=body[:200].decode("utf-8", "replace"),
+                                    hint="the same group secret file on every node, clocks within "
+                                         "30 s (NTP)")
                     return None
+                # Only a view the leader made for this very report: a replayed or forged answer
+                # is no answer (the leader then looks silent, and silence is bounded).
+                leader = verify(self._secret, resp.headers.get(AUTH_HEADER), "view", method="POST",
+                                path=REPORT_PATH, body=body, bound=stamp.nonce)
+                if leader.node != 0:
+                    raise AuthError(RejectReason.WRONG_NODE, f"a view signed as node {leader.node}")
             view = parse_view(body)
+        except AuthError as exc:
+            due, held = self._forged_gate.admit(time.monotonic())
+            if due:
+                log.warning("group.view_rejected", reason=exc.reason.value, detail=str(exc),
+                            held_back=held, link=self.settings.link)
+            return None
         except (httpx.HTTPError, MessageError, OSError) as exc:
             log.debug("group.leader_unreachable", error=str(exc) or type(exc).__name__)
             return None

@@ -30,7 +30,10 @@ def leader_link(sup: Supervisor) -> LeaderLink | None:
     if group is None or not group.leader:
         return None
     hooks = _LeaderHooks(sup)
-    link = LeaderLink(group, hooks.view, hooks.engine_running, hooks.member_failed, hooks.progress)
+    secret = sup.prep.group_secret
+    assert secret is not None  # preflight reads it for every group (GroupSettings requires one)
+    link = LeaderLink(group, secret, view=hooks.view, engine_running=hooks.engine_running,
+                      on_failure=hooks.member_failed, on_progress=hooks.progress)
     sup.metrics.registry.register(GroupCollector(link))
     return link
 

@@ -1,6 +1,6 @@
 """Preflight: a configuration validated and rendered for one engine version, and the facts the
 lifecycle and the engine runner read off a rendered command (tensor parallel size, the captures
-to wait for, the decode log interval). Pure but for reading the API key files.
+to wait for, the decode log interval). Pure but for reading the API key files and the group's link secret.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from sglang_supervisor.engine.graphs import expected_captures
 from sglang_supervisor.shell import ports, state
 from sglang_supervisor.shell.apikey import read_api_key
 from sglang_supervisor.shell.fleet import read_gateway_key
+from sglang_supervisor.shell.groupsecret import read_group_secret
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Prepared:
     renders: Mapping[str, RenderedCommand]
     api_key: str | None
     gateway_key: str | None = None  # gateway.api_key_file's key, when a gateway is configured
+    group_secret: bytes | None = None  # a multi-node group's link secret (shell/groupsecret.py)
 
 
 def capture_keys(argv: Sequence[str], version: str) -> frozenset[CaptureKey]:
@@ -59,7 +61,8 @@ def prepare(config: Config, version: str, *, secret_path: str | None = None) -> 
         problems += config_problems(config, rc, version)
     if problems:
         raise ConfigError(problems, f"rendering for SGLang {version}")
-    return Prepared(config, version, renders, api_key, gateway_key(config))
+    secret = read_group_secret(config.group) if config.group is not None else None
+    return Prepared(config, version, renders, api_key, gateway_key(config), secret)
 
 
 def gateway_key(config: Config) -> str | None:

@@ -230,8 +230,10 @@ class Supervisor:
         self._loop = loop
         self._done = loop.create_future()
         loop.set_exception_handler(self._guard.loop_exception)
-        # The gateway's key too: a gateway (or a proxy before it) may quote it in an error page.
-        if keys := [k for k in (self.prep.api_key, self.prep.gateway_key) if k]:
+        # The gateway's key too: a gateway (or a proxy before it) may quote it in an error page;
+        # and the group link's secret, should anything ever echo it.
+        group_secret = self.prep.group_secret.decode("ascii") if self.prep.group_secret else None
+        if keys := [k for k in (self.prep.api_key, self.prep.gateway_key, group_secret) if k]:
             set_redactions(keys)
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             loop.add_signal_handler(sig, self._stop_signal, name)

@@ -354,3 +354,24 @@ def test_a_gateway_that_forgot_us_gets_us_again(tmp_path: Path) -> None:
         assert any(e["event"] == "gateway.forgot_us" for e in logs)
 
     asyncio.run(go())
+
+
+def test_a_list_failing_during_the_drain_claims_no_retry(tmp_path: Path) -> None:
+    gw = FakeGateway(GET=[httpx.Response(500, text="down")])
+
+    async def idle() -> int | None:
+        return 0
+
+    async def go() -> list[dict[str, Any]]:
+        a, _ = agent(tmp_path, gw)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(a.drain("signal", idle), 5)
+        await a.aclose()
+        return logs
+
+    logs = asyncio.run(go())
+    warn = next(e for e in logs if e["event"] == "gateway.unavailable" and e["op"] == "list")
+    assert "not retried" in warn["hint"] and "retried with backoff" not in warn["hint"]
+    line = next(e for e in logs if e["event"] == "gateway.drained")
+    assert line["still_listed"] is None and line["result"] == "drained"

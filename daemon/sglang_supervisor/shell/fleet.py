@@ -55,6 +55,11 @@ DEREGISTER_RETRY_HINT = ("retried with backoff until it succeeds or gateway.drai
                          "the engine keeps serving meanwhile")
 DEREGISTER_ONCE_HINT = ("not retried: the engine is gone and the gateway's own health check drops "
                         "it; the id stays in gateway.json and the next start removes it")
+WATCH_HINT = f"the engine keeps serving; the list is read again in {WATCH_S:g} s"
+ADOPT_HINT = ("not retried: the stop goes on; a registration the gateway made stays in its list "
+              "until its health check drops the engine")
+REMOVAL_HINT = ("not retried: the drain cannot tell whether the gateway still lists the engine and "
+                "goes on to wait for its in-flight requests")
 DRAIN_HINTS = {
     "deregister_failed": "the gateway may still route to this engine when it stops: it was never "
                          "told (every DELETE failed within gateway.drain_s); its health check drops "
@@ -241,7 +246,7 @@ class GatewayAgent:
         while True:
             await asyncio.sleep(self.watch_s)
             answer = await self.client.workers()
-            self._count("list", answer)
+            self._count("list", answer, hint=WATCH_HINT)
             if answer.ok and not any(w.url == self.engine_url for w in answer.workers):
                 log.warning("gateway.forgot_us", worker_id=self.worker_id, gateway=self.gateway_url,
                             hint="the gateway restarted or the worker was removed by hand; "
@@ -267,7 +272,7 @@ class GatewayAgent:
 
     async def _adopt_listed_id(self) -> None:
         answer = await self.client.workers()
-        self._count("list", answer)
+        self._count("list", answer, hint=ADOPT_HINT)
         if answer.ok:
             self.worker_id = next((w.worker_id for w in answer.workers
                                    if w.url == self.engine_url and w.worker_id), None)
@@ -332,7 +337,7 @@ class GatewayAgent:
                 answer = await asyncio.wait_for(self.client.workers(), left)
             except asyncio.TimeoutError:
                 return None
-            self._count("list", answer)
+            self._count("list", answer, hint=REMOVAL_HINT)
             if not answer.ok:
                 return None  # cannot tell; the in-flight wait still protects the requests
             if not any(w.url == self.engine_url for w in answer.workers):

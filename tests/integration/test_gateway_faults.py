@@ -68,6 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(202, json.dumps({"status": "accepted", "worker_id": WID}).encode())
         if self.command == "DELETE":
             time.sleep(gw.delete_delay_s)
+            if gw.mode == "flaky-delete" and sum(c[1] == "DELETE" for c in gw.calls) <= 2:
+                return self._send(500, b"internal error")  # issue 29: a gateway busy at the drain
             if gw.mode == "forgetful":
                 return self._send(404, json.dumps({"error": f"Worker {WID} not found",
                                                    "code": "WORKER_NOT_FOUND"}).encode())
@@ -163,6 +165,26 @@ def test_readyz_is_503_from_sigterm_on_and_an_unknown_id_on_delete_is_a_warning(
     assert drained["result"] == "drained" and drained["reason"] == "signal"
     stopped = d.event("engine.stopped")
     assert stopped["reason"] == "signal"
+    assert not (tmp_path / "state" / "gateway.json").exists()
+    gw.shutdown()
+
+
+def test_a_delete_answered_500_is_retried_before_the_engine_stops(
+        tmp_path: Path, daemons: list[Daemon]) -> None:
+    gw = FakeGateway("flaky-delete")
+    d = start(daemons, tmp_path, gateway_config(tmp_path, gw.url, drain_s=20.0))
+    d.notified("READY=1")
+    d.event("gateway.registered", worker_id=WID)
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.exit_code() == 0
+    drained = d.event("gateway.drained")
+    assert drained["result"] == "drained" and drained["deregistered"] is True
+    assert drained["deregister_attempts"] == 3 and drained["still_listed"] is False
+    # Every DELETE (two refused, the third taken) happened before the engine was told to stop.
+    deletes = [c for c in gw.calls if c[1] == "DELETE"]
+    assert len(deletes) == 3
+    names = [e.get("event") for e in d.events]
+    assert names.index("gateway.drained") < names.index("engine.stopped")
     assert not (tmp_path / "state" / "gateway.json").exists()
     gw.shutdown()
 

@@ -229,3 +229,43 @@ def test_a_state_file_corrupted_while_running_then_a_reload(daemons: list[Daemon
     d.notified("READY=1", count=2)
     assert d.engine_pids() == engine and d.proc.poll() is None  # the healthy engine serves on
     stop_cleanly(d)
+
+
+# ------------------------------------------------------------------- files other users can write
+
+def test_a_state_file_writable_by_others_is_refused_at_start_and_kept(daemons: list[Daemon],
+                                                                      tmp_path: Path) -> None:
+    """Issue 29.4: a forged known-bad entry in a world-writable state file made the healthy first
+    profile be skipped. Now `run` refuses it (exit 78, the chmod named) and leaves it as it is."""
+    forged = {"version": 1, "fingerprints": {}, "baselines": {}}
+    state_file(tmp_path).parent.mkdir(parents=True)
+    state_file(tmp_path).write_text(json.dumps(forged))
+    state_file(tmp_path).chmod(0o666)
+    d = start(daemons, tmp_path, base_config(tmp_path))
+    assert d.exit_code() == 78
+    invalid = d.event("config.invalid")
+    assert f"chmod o-w {state_file(tmp_path)}" in invalid["report"]
+    assert "writable by every user (mode 0666)" in invalid["report"]
+    assert d.named("engine.spawned") == []
+    assert json.loads(state_file(tmp_path).read_text()) == forged  # nothing moved or rewritten
+    assert sorted(os.listdir(state_file(tmp_path).parent)) == [state_file(tmp_path).name]
+
+
+def test_status_on_every_address_is_redacted_and_the_exposure_is_warned_about(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 29.5: metrics on 0.0.0.0 and a keyless engine off loopback are said at start, and
+    /status off loopback shows no pid, path or fingerprint."""
+    data = base_config(tmp_path)
+    data["metrics"] = {"enabled": True, "address": "0.0.0.0:0"}
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    warning = d.event("config.warning", path="metrics.address")
+    assert "0.0.0.0:0" in warning["problem"] and "redacted" in warning["problem"]
+    port = str(d.event("metrics.listening")["url"]).rsplit(":", 1)[1]
+    status = httpx.get(f"http://127.0.0.1:{port}/status", timeout=5).json()
+    stop_cleanly(d)
+    assert status["redacted"] is True and status["phase"] in ("ready", "serving")
+    assert status["engine_pid"] == "***" and status["fingerprint"] == "***"
+    assert status["engine_log"] in ("***", None)
+    text = json.dumps(status)
+    assert str(tmp_path) not in text

@@ -352,19 +352,17 @@ def test_credential_name_is_not_a_path() -> None:
     assert "LoadCredential" in p.fix
 
 
-def test_world_writable_config_warns_but_loads(tmp_path: Path) -> None:
+def test_a_world_writable_config_is_refused_with_the_chmod_and_left_as_it_was(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(MINIMAL)
     path.chmod(0o666)
-    warnings: list[ConfigProblem] = []
-    config = load_config(path, on_warning=warnings.append)
-    assert isinstance(config, Config)
-    assert len(warnings) == 1
-    assert f"chmod o-w {path}" in warnings[0].fix
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    (p,) = info.value.problems
+    assert str(path) in p.problem and "0666" in p.problem and p.fix == f"chmod o-w {path}"
+    assert path.read_text() == MINIMAL and path.stat().st_mode & 0o777 == 0o666  # untouched
     path.chmod(0o644)
-    warnings.clear()
-    load_config(path, on_warning=warnings.append)
-    assert warnings == []
+    assert isinstance(load_config(path), Config)
 
 
 def test_unreadable_files(tmp_path: Path) -> None:

@@ -35,7 +35,10 @@ class FakeGateway:
         self.calls.append((req.method, req.url.path))
         answers = self.script.get(req.method)
         if answers:
-            return answers.pop(0) if len(answers) > 1 else answers[0]
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            if req.method == "DELETE" and answer.status_code < 300:
+                self.listed = False  # the removal job done
+            return answer
         if req.method == "POST":
             return httpx.Response(202, json={"worker_id": WID})
         if req.method == "DELETE":
@@ -119,10 +122,10 @@ def test_a_drain_never_outlives_drain_s_whatever_the_gateway_and_engine_do(tmp_p
         return None
 
     async def go() -> CollectorRegistry:
-        a, reg = agent(tmp_path, FakeGateway(DELETE=[httpx.Response(500, text="<html>oops</html>")]),
-                       drain_s=0.3)
+        a, reg = agent(tmp_path, FakeGateway(), drain_s=0.3)
         a.worker_id = WID
         await asyncio.wait_for(a.drain("reload", never_idle), 5)
+        a.worker_id = WID
         await asyncio.wait_for(a.drain("reload", unknown), 5)
         await a.aclose()
         return reg
@@ -130,7 +133,100 @@ def test_a_drain_never_outlives_drain_s_whatever_the_gateway_and_engine_do(tmp_p
     reg = asyncio.run(go())
     assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "timeout"}) == 1
     assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "load_unknown"}) == 1
-    assert calls(reg, "deregister", "server_error") == 2
+
+
+def test_a_gateway_failing_the_delete_gets_retries_and_the_drain_says_it_never_left(
+        tmp_path: Path) -> None:
+    """Issue 29: one DELETE against a 500, then "drained" after 0.26 s, was a lie."""
+    gw = FakeGateway(DELETE=[httpx.Response(500, text="<html>oops</html>")])
+
+    async def idle() -> int | None:
+        return 0
+
+    async def go() -> tuple[CollectorRegistry, list[dict[str, Any]]]:
+        a, reg = agent(tmp_path, gw, drain_s=1.5)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(a.drain("signal", idle), 5)
+        assert a.worker_id == WID  # still registered: the next start removes it
+        await a.aclose()
+        return reg, logs
+
+    reg, logs = asyncio.run(go())
+    deletes = sum(c[0] == "DELETE" for c in gw.calls)
+    assert deletes >= 3 and calls(reg, "deregister", "server_error") == deletes
+    line = next(e for e in logs if e["event"] == "gateway.drained")
+    assert line["log_level"] == "warning" and line["result"] == "deregister_failed"
+    assert line["deregistered"] is False and line["deregister_attempts"] == deletes
+    assert "never" in line["hint"]
+    assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "deregister_failed"}) == 1
+    assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "drained"}) == 0
+    warn = next(e for e in logs if e["event"] == "gateway.unavailable")
+    assert "drain_s" in warn["hint"]  # the retry it promises is the one made
+
+
+def test_a_delete_that_succeeds_on_a_retry_ends_in_an_honest_drained(tmp_path: Path) -> None:
+    gw = FakeGateway(DELETE=[httpx.Response(500, text="busy"), httpx.Response(503, text="busy"),
+                             httpx.Response(202, json={"status": "accepted"})])
+
+    async def idle() -> int | None:
+        return 0
+
+    async def go() -> list[dict[str, Any]]:
+        a, _ = agent(tmp_path, gw, drain_s=10.0)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(a.drain("signal", idle), 10)
+        assert a.worker_id is None
+        await a.aclose()
+        return logs
+
+    logs = asyncio.run(go())
+    line = next(e for e in logs if e["event"] == "gateway.drained")
+    assert line["result"] == "drained" and line["log_level"] == "info"
+    assert line["deregistered"] is True and line["deregister_attempts"] == 3
+    assert line["still_listed"] is False
+    methods = [c[0] for c in gw.calls]
+    assert methods[:3] == ["DELETE"] * 3 and "GET" in methods[3:]  # the removal was checked
+
+
+def test_a_gateway_that_keeps_listing_us_after_the_delete_is_named(tmp_path: Path) -> None:
+    gw = FakeGateway(DELETE=[httpx.Response(202, json={"status": "accepted"})])
+
+    async def idle() -> int | None:
+        return 0
+
+    async def go() -> list[dict[str, Any]]:
+        a, _ = agent(tmp_path, gw, drain_s=0.5)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(a.drain("signal", idle), 5)
+        await a.aclose()
+        return logs
+
+    # The job never completes: this gateway's list keeps our URL whatever DELETE said.
+    gw.script["GET"] = [httpx.Response(200, json={"workers": [{"id": WID, "url": ENGINE}]})]
+    logs = asyncio.run(go())
+    line = next(e for e in logs if e["event"] == "gateway.drained")
+    assert line["result"] == "still_listed" and line["still_listed"] is True
+    assert line["log_level"] == "warning"
+
+
+def test_a_crashed_engine_is_deregistered_once_and_the_warning_says_so(tmp_path: Path) -> None:
+    gw = FakeGateway(DELETE=[httpx.Response(500, text="down")])
+
+    async def go() -> list[dict[str, Any]]:
+        a, _ = agent(tmp_path, gw)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            a.on_engine_gone()
+            await asyncio.wait_for(until(lambda: bool(gw.calls)), 5)
+            await a.aclose()
+        return logs
+
+    logs = asyncio.run(go())
+    assert gw.calls == [("DELETE", f"/workers/{WID}")]
+    assert "not retried" in next(e for e in logs if e["event"] == "gateway.unavailable")["hint"]
 
 
 def test_unknown_worker_on_delete_is_a_warning_and_counts_as_gone(tmp_path: Path) -> None:
@@ -221,8 +317,9 @@ def test_a_gateway_that_never_answers_costs_bounded_time(tmp_path: Path) -> None
         return reg
 
     reg = asyncio.run(go())
-    assert calls(reg, "deregister", "timeout") == 1
-    assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "drained"}) == 1
+    # Retried within drain_s (each retry bounded by what is left of it), then named as not done.
+    assert calls(reg, "deregister", "timeout") >= 2
+    assert reg.get_sample_value("sglang_supervisor_drains_total", {"result": "deregister_failed"}) == 1
 
 
 def test_a_stop_before_any_registration_does_not_sit_out_drain_s(tmp_path: Path) -> None:
@@ -257,3 +354,24 @@ def test_a_gateway_that_forgot_us_gets_us_again(tmp_path: Path) -> None:
         assert any(e["event"] == "gateway.forgot_us" for e in logs)
 
     asyncio.run(go())
+
+
+def test_a_list_failing_during_the_drain_claims_no_retry(tmp_path: Path) -> None:
+    gw = FakeGateway(GET=[httpx.Response(500, text="down")])
+
+    async def idle() -> int | None:
+        return 0
+
+    async def go() -> list[dict[str, Any]]:
+        a, _ = agent(tmp_path, gw)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(a.drain("signal", idle), 5)
+        await a.aclose()
+        return logs
+
+    logs = asyncio.run(go())
+    warn = next(e for e in logs if e["event"] == "gateway.unavailable" and e["op"] == "list")
+    assert "not retried" in warn["hint"] and "retried with backoff" not in warn["hint"]
+    line = next(e for e in logs if e["event"] == "gateway.drained")
+    assert line["still_listed"] is None and line["result"] == "drained"

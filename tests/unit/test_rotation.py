@@ -11,11 +11,13 @@ from sglang_supervisor.core.rotation import (
     PLANNED_STOPS,
     Registration,
     backoff_s,
+    drain_result,
     drained,
     liveness,
     parse_registration,
     planned,
     readiness,
+    retry_pause_s,
 )
 
 
@@ -83,3 +85,20 @@ def test_registration_round_trip_and_damaged_files() -> None:
 @pytest.mark.parametrize("text", [b"\xff\xfe", b"null"])
 def test_registration_garbage_bytes(text: bytes) -> None:
     assert parse_registration(text) is None
+
+
+def test_a_retry_is_paused_only_when_the_pause_fits_in_what_is_left() -> None:
+    assert retry_pause_s(1, 5.0, max_s=30) == 0.25
+    assert retry_pause_s(3, 5.0, max_s=30) == 1.0
+    assert retry_pause_s(3, 5.0, max_s=0.5) == 0.5
+    assert retry_pause_s(3, 1.0, max_s=30) is None  # 1 s pause would use up the 1 s left
+    assert retry_pause_s(1, 0.0, max_s=30) is None
+
+
+def test_drained_is_said_only_when_the_gateway_let_go() -> None:
+    assert drain_result(deregistered=True, still_listed=False, load_result="drained") == "drained"
+    assert drain_result(deregistered=True, still_listed=None, load_result="drained") == "drained"
+    assert drain_result(deregistered=True, still_listed=False, load_result="timeout") == "timeout"
+    assert drain_result(deregistered=True, still_listed=True, load_result="drained") == "still_listed"
+    assert drain_result(deregistered=False, still_listed=None,
+                        load_result="drained") == "deregister_failed"

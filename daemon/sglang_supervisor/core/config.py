@@ -383,6 +383,9 @@ class ProbeSettings(_Strict):
 class MetricsSettings(_Strict):
     enabled: bool = True
     address: str = "127.0.0.1:9400"
+    # /status on a non-loopback address hides pids, paths and fingerprints (core/exposure.py);
+    # "full" shows them anyway, "redacted" hides them on loopback too.
+    status_detail: Literal["auto", "full", "redacted"] = "auto"
 
     @field_validator("address")
     @classmethod

@@ -76,6 +76,29 @@ def backoff_s(failures: int, *, first_s: float = 0.5, max_s: float = 30.0) -> fl
     return float(min(max_s, first_s * (2 ** min(failures - 1, 30))))
 
 
+def retry_pause_s(failures: int, left_s: float, *, max_s: float) -> float | None:
+    """Pause before the next retry of a call that must end within `left_s`, or None when no
+    retry fits any more (the pause would use up what is left)."""
+    pause = backoff_s(failures, first_s=0.25, max_s=max_s)
+    return pause if pause < left_s else None
+
+
+# Every result a drain can end with (a metric label), from best to worst.
+DRAIN_RESULTS = ("drained", "timeout", "load_unknown", "still_listed", "deregister_failed")
+
+
+def drain_result(*, deregistered: bool, still_listed: bool | None, load_result: str) -> str:
+    """What one drain achieved, said plainly: "drained" only when the gateway took the DELETE, no
+    longer listed us (or could not tell) and nothing was left in flight. A gateway that was never
+    told, or still listed us at the bound, is named as such whatever the engine's load did, since
+    it may still send requests to an engine about to stop."""
+    if not deregistered:
+        return "deregister_failed"
+    if still_listed:
+        return "still_listed"
+    return load_result
+
+
 def drained(inflight: int | None, zero_streak: int, *, needed: int = 2) -> tuple[bool, int]:
     """After one look at the engine's load: (done, new zero streak). Zero must be seen `needed`
     times in a row, so that a request the gateway had already routed when it dropped us (still in

@@ -1,9 +1,11 @@
 """The configuration file and the files it names, read and checked: the I/O half of `core.config`.
 
-`load_config(path)` is the entry point of every command: it reads the file (bounded), warns about
-a file anyone may write, validates the text (`core.config.parse_config`, pure) and adds what only
-the filesystem can say: an API key file readable by every user or not by us, a local model path
-that does not exist. `parse_checked(text)` is the same for text already read.
+`load_config(path)` is the entry point of every command: it reads the file (bounded), validates
+the text (`core.config.parse_config`, pure) and adds what only the filesystem can say: the
+configuration, state or key files another user could write (`shell.filetrust`), an API key file
+readable by every user or not by us, a local model path that does not exist. Exposure (a metrics
+or engine address off loopback) is a warning (`core.exposure`).
+`parse_checked(text)` is the same for text already read.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from sglang_supervisor.core.config import (
     is_local_model,
     parse_config,
 )
+from sglang_supervisor.core.exposure import exposure_warnings
+from sglang_supervisor.shell.filetrust import untrusted_config_file, untrusted_files
 
 log = structlog.get_logger("sglang_supervisor.core.config")
 
@@ -77,7 +81,8 @@ def model_path_problems(model: str) -> list[ConfigProblem]:
 
 def file_problems(config: Config) -> list[ConfigProblem]:
     """What the filesystem says about the files a valid configuration names."""
-    return [*key_file_problems(config.engine.api_key_file, "engine.api_key_file"),
+    return [*untrusted_files(config),
+            *key_file_problems(config.engine.api_key_file, "engine.api_key_file"),
             *key_file_problems(config.gateway.api_key_file, "gateway.api_key_file"),
             *model_path_problems(config.engine.model_path)]
 
@@ -85,19 +90,6 @@ def file_problems(config: Config) -> list[ConfigProblem]:
 def parse_checked(text: str, source: str = "<config>") -> Config:
     """`core.config.parse_config` plus the file checks, in one report."""
     return parse_config(text, source, more_checks=file_problems)
-
-
-def config_file_warnings(path: str | Path) -> list[ConfigProblem]:
-    """Non-fatal findings about the file itself."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return []
-    if mode & stat.S_IWOTH:
-        return [ConfigProblem("", f"{path} is writable by every user (mode {stat.S_IMODE(mode):04o}): "
-                              "anyone could change the command the supervisor runs as its user",
-                              f"chmod o-w {path}")]
-    return []
 
 
 def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None] | None = None) -> Config:
@@ -116,13 +108,15 @@ def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None]
     except UnicodeDecodeError as exc:
         raise ConfigError([ConfigProblem("", f"{source} is not UTF-8 text (byte {exc.start})",
                                          "save the file as UTF-8")], source) from None
-    for warning in config_file_warnings(path):
+    config = parse_config(text, source, more_checks=lambda c: [
+        *untrusted_config_file(source, c.state_dir), *file_problems(c)])
+    for warning in exposure_warnings(config):
         if on_warning is None:
             log.warning("config.warning", path=warning.path or source, problem=warning.problem,
                         fix=warning.fix)
         else:
             on_warning(warning)
-    return parse_checked(text, source)
+    return config
 
 
 def default_demo_config_path() -> Path:

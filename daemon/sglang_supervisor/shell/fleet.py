@@ -26,11 +26,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from sglang_supervisor.core.config import GatewaySettings
 from sglang_supervisor.core.rotation import (
+    DRAIN_RESULTS,
     Registration,
     advertise_problem,
     backoff_s,
+    drain_result,
     drained,
     parse_registration,
+    retry_pause_s,
 )
 from sglang_supervisor.core.secretforms import KEY_FIX, api_key_problem
 from sglang_supervisor.shell.gateway import PROBLEMS, GatewayAnswer, GatewayClient
@@ -46,6 +49,27 @@ REMOVAL_POLL_S = 0.2
 # While registered, how often to check that the gateway still lists us: a restarted gateway
 # forgets workers registered through its API.
 WATCH_S = 30.0
+
+RETRY_HINT = "the engine keeps serving; the call is retried with backoff"
+DEREGISTER_RETRY_HINT = ("retried with backoff until it succeeds or gateway.drain_s is spent; "
+                         "the engine keeps serving meanwhile")
+DEREGISTER_ONCE_HINT = ("not retried: the engine is gone and the gateway's own health check drops "
+                        "it; the id stays in gateway.json and the next start removes it")
+WATCH_HINT = f"the engine keeps serving; the list is read again in {WATCH_S:g} s"
+ADOPT_HINT = ("not retried: the stop goes on; a registration the gateway made stays in its list "
+              "until its health check drops the engine")
+REMOVAL_HINT = ("not retried: the drain cannot tell whether the gateway still lists the engine and "
+                "goes on to wait for its in-flight requests")
+DRAIN_HINTS = {
+    "deregister_failed": "the gateway may still route to this engine when it stops: it was never "
+                         "told (every DELETE failed within gateway.drain_s); its health check drops "
+                         "the engine later and the next start removes the stale id",
+    "still_listed": "the gateway accepted the DELETE but still listed the engine when "
+                    "gateway.drain_s ran out; raise gateway.drain_s if requests are lost",
+    "timeout": "requests were still in flight when gateway.drain_s ran out; SIGTERM's own drain "
+               "(timeouts.drain_s) follows",
+    "load_unknown": "the engine's load could not be read; waited the whole gateway.drain_s",
+}
 
 # The engine's in-flight requests (running + queued), None when it cannot tell.
 LoadReader = Callable[[], Awaitable[int | None]]
@@ -82,7 +106,7 @@ class GatewayMetrics:
         for op in OPS:
             for result in ("ok", *PROBLEMS):
                 self.calls.labels(op, result)
-        for result in ("drained", "timeout", "load_unknown"):
+        for result in DRAIN_RESULTS:
             self.drains.labels(result)
 
 
@@ -127,10 +151,11 @@ class GatewayAgent:
         self._register_task = self._in_background(self._register_loop())
 
     def on_engine_gone(self) -> None:
-        """The engine died or is being stopped for a failure: leave the gateway now, no drain."""
+        """The engine died or is being stopped for a failure: leave the gateway now, no drain
+        (one attempt: the gateway's own health check drops a dead engine anyway)."""
         self._cancel_register()
         if self.worker_id is not None:
-            self._in_background(self._deregister())
+            self._in_background(self._deregister_once())
 
     async def drain(self, reason: str, load: LoadReader) -> None:
         """Before a planned stop: deregister, wait until the gateway no longer routes to us and
@@ -147,15 +172,22 @@ class GatewayAgent:
             # traffic to wait for; a stop during startup must not sit out drain_s.
             log.info("gateway.drain_skipped", reason=reason, why="not registered")
             return
-        await self._deregister()
-        await self._await_removal(deadline)
-        result = await self._await_idle(load, deadline)
+        attempts, deregistered = await self._deregister_until(deadline)
+        still_listed = await self._await_removal(deadline) if deregistered else None
+        load_result = await self._await_idle(load, deadline)
+        result = drain_result(deregistered=deregistered, still_listed=still_listed,
+                              load_result=load_result)
         seconds = round(time.monotonic() - began, 3)
         self.metrics.drains.labels(result).inc()
         self.metrics.drain_seconds.set(seconds)
-        level = "info" if result == "drained" else "warning"
-        getattr(log, level)("gateway.drained", reason=reason, result=result, seconds=seconds,
-                            drain_s=self.settings.drain_s)
+        fields: dict[str, Any] = {
+            "reason": reason, "result": result, "seconds": seconds, "drain_s": self.settings.drain_s,
+            "deregistered": deregistered, "deregister_attempts": attempts,
+            "still_listed": still_listed}
+        if result == "drained":
+            log.info("gateway.drained", **fields)
+        else:
+            log.warning("gateway.drained", **fields, hint=DRAIN_HINTS[result])
 
     async def aclose(self) -> None:
         self._cancel_register()
@@ -185,8 +217,9 @@ class GatewayAgent:
             self._register_task.cancel()
             self._register_task = None
 
-    def _count(self, op: str, answer: GatewayAnswer) -> None:
-        """One metric per call; one warning per failure streak and op; recovery is logged once."""
+    def _count(self, op: str, answer: GatewayAnswer, *, hint: str = RETRY_HINT) -> None:
+        """One metric per call; one warning per failure streak and op; recovery is logged once.
+        `hint` says what happens next, as this caller does it (never a retry it does not make)."""
         self.metrics.calls.labels(op, answer.result).inc()
         if answer.ok:
             if op in self._warned:
@@ -198,8 +231,7 @@ class GatewayAgent:
         if op not in self._warned:
             self._warned.add(op)
             log.warning("gateway.unavailable", op=op, problem=answer.problem, detail=answer.detail,
-                        gateway=self.gateway_url,
-                        hint="the engine keeps serving; the call is retried with backoff")
+                        gateway=self.gateway_url, hint=hint)
 
     async def _register_loop(self) -> None:
         if self._stale_task is not None:
@@ -214,7 +246,7 @@ class GatewayAgent:
         while True:
             await asyncio.sleep(self.watch_s)
             answer = await self.client.workers()
-            self._count("list", answer)
+            self._count("list", answer, hint=WATCH_HINT)
             if answer.ok and not any(w.url == self.engine_url for w in answer.workers):
                 log.warning("gateway.forgot_us", worker_id=self.worker_id, gateway=self.gateway_url,
                             hint="the gateway restarted or the worker was removed by hand; "
@@ -240,24 +272,50 @@ class GatewayAgent:
 
     async def _adopt_listed_id(self) -> None:
         answer = await self.client.workers()
-        self._count("list", answer)
+        self._count("list", answer, hint=ADOPT_HINT)
         if answer.ok:
             self.worker_id = next((w.worker_id for w in answer.workers
                                    if w.url == self.engine_url and w.worker_id), None)
 
-    async def _deregister(self) -> None:
+    async def _deregister(self, *, retried: bool = False) -> bool:
+        """One DELETE; True when the gateway no longer has our id (removed, or it never knew it)."""
         wid = self.worker_id
         if wid is None:
-            return
+            return True
         answer = await self.client.remove_worker(wid)
-        self._count("deregister", answer)
+        self._count("deregister", answer, hint=DEREGISTER_RETRY_HINT if retried else
+                    DEREGISTER_ONCE_HINT)
         if answer.ok or answer.problem == "unknown_worker":
             # Unknown: the gateway already forgot us (restarted, removed by hand) -- we are out.
             self._forget(wid)
             log.info("gateway.deregistered", worker_id=wid, gateway=self.gateway_url,
                      known=answer.ok)
-        # Else the gateway is unreachable or refusing: it will mark us down by its own health
-        # check once the engine stops; the record stays so the next start removes it.
+            return True
+        # Else the gateway is unreachable or refusing: the record stays so the next start
+        # removes it.
+        return False
+
+    async def _deregister_once(self) -> None:
+        await self._deregister()
+
+    async def _deregister_until(self, deadline: float) -> tuple[int, bool]:
+        """The drain's DELETE, retried with backoff until it succeeds or drain_s is spent:
+        (attempts, deregistered). The first attempt has its whole call deadline (the documented
+        stop bound allows one); every retry fits in what is left of drain_s."""
+        attempts = 1
+        if await self._deregister(retried=True):
+            return attempts, True
+        while (pause := retry_pause_s(attempts, deadline - time.monotonic(),
+                                      max_s=self.settings.retry_max_s)) is not None:
+            await asyncio.sleep(pause)
+            attempts += 1
+            try:
+                if await asyncio.wait_for(self._deregister(retried=True),
+                                          max(0.0, deadline - time.monotonic())):
+                    return attempts, True
+            except asyncio.TimeoutError:
+                break
+        return attempts, False
 
     def _forget(self, wid: str) -> None:
         if self.worker_id == wid:
@@ -268,21 +326,25 @@ class GatewayAgent:
             if record is None or record.worker_id == wid:
                 self.record_path.unlink()
 
-    async def _await_removal(self, deadline: float) -> None:
-        """DELETE is a job: wait (bounded) until GET /workers no longer lists our URL."""
+    async def _await_removal(self, deadline: float) -> bool | None:
+        """DELETE is a job: wait (bounded) until GET /workers no longer lists our URL. Whether
+        the gateway still listed us at the end; None when it could not tell."""
+        listed: bool | None = None  # no time left to look at all: cannot tell
         while (left := deadline - time.monotonic()) > 0:
             # Within what is left of drain_s: a gateway that lists slowly (each call may take
             # gateway.timeout_s) must not stretch the documented stop bound.
             try:
                 answer = await asyncio.wait_for(self.client.workers(), left)
             except asyncio.TimeoutError:
-                return
-            self._count("list", answer)
+                return None
+            self._count("list", answer, hint=REMOVAL_HINT)
             if not answer.ok:
-                return  # cannot tell; the in-flight wait still protects the requests
+                return None  # cannot tell; the in-flight wait still protects the requests
             if not any(w.url == self.engine_url for w in answer.workers):
-                return
+                return False
+            listed = True
             await asyncio.sleep(REMOVAL_POLL_S)
+        return listed
 
     async def _await_idle(self, load: LoadReader, deadline: float) -> str:
         streak = 0

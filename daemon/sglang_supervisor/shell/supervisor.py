@@ -54,6 +54,7 @@ from sglang_supervisor.core.actions import (
 )
 from sglang_supervisor.core.config import Config
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.exposure import redact_status, status_redacted
 from sglang_supervisor.core.inputs import GpuBusy, Input, PortBusy, Settings, Start, StopRequested, TimerFired
 from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES, Phase
@@ -298,8 +299,9 @@ class Supervisor:
         if not self.config.metrics.enabled:
             return
         address = self.opts.metrics_address or self.config.metrics.address
-        server = MetricsServer(address, self.metrics, self.status, readiness=self.presence.readiness,
-                               liveness=self.presence.liveness)
+        redact = status_redacted(self.config.metrics.status_detail, address)
+        server = MetricsServer(address, self.metrics, lambda: redact_status(self.status(), redact=redact),
+                               readiness=self.presence.readiness, liveness=self.presence.liveness)
         try:
             await server.start()
         except MetricsServerError as exc:

@@ -4,6 +4,7 @@ its own simulated SGLang node (`--nnodes 2`, TP 2: TP0 on the leader, TP1 on the
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import signal
@@ -111,10 +112,14 @@ def test_capture_failure_on_the_worker_falls_back_for_the_group(daemons, tmp_pat
     worker = start(daemons, tmp_path / "worker", worker_cfg)
     leader.event("group.member_failed", node_rank=1, failure_class="capture_oom")
     fallback = leader.event("profile.fallback", failure_class="capture_oom")
+    # Only the worker says so (issue 29.1): the group moves on, the leader's state keeps no blame.
+    leader.event("profile.bad_not_remembered", node_rank=1, profile=fallback["from_profile"])
     leader.notified("READY=1")
     worker.event("group.engine_start", generation=2, profile=fallback["to_profile"])
     for d in (worker, leader):
         assert d.stop() == 0
+    state = json.loads((tmp_path / "leader" / "state" / "demo.state.json").read_text())
+    assert all(not fp["bad"] for fp in state["fingerprints"].values())
 
 
 def test_leader_death_stops_the_worker_engines_within_the_bound(daemons, tmp_path) -> None:

@@ -35,6 +35,7 @@ from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import (
     choose_next,
     ladder_order,
+    reported_only,
     skipped_known_bad,
 )
 from sglang_supervisor.core.failures import classify_failure
@@ -259,6 +260,45 @@ def test_failed_start_follows_remediation(failure, next_profile) -> None:
     assert "profile.fallback" in events(acts)
     snap = d.lc.snapshot(d.now)["attempts"]
     assert snap[0]["outcome"] == "failed" and snap[0]["failure_class"] == failure.value
+
+
+def member_report(cls: FailureClass, node: int = 1) -> EngineFailed:
+    return EngineFailed(line_no=0, rank=f"node{node}", failure=cls, message=f"node {node}: boom",
+                        node=node)
+
+
+def test_a_worker_report_alone_falls_back_but_marks_nothing_bad() -> None:
+    """Issue 29.1: a signed report is a peer's claim; the group moves on, the state keeps no blame."""
+    d = Driver()
+    d.start()
+    d.feed(member_report(FailureClass.CAPTURE_OOM))
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert not of(acts, MarkBad)
+    assert of(acts, Launch)[0].profile == "low-mem"  # the remediation rule still applies
+    warned = [a for a in of(acts, Log) if a.event == "profile.bad_not_remembered"]
+    assert warned and warned[0].fields["node_rank"] == 1
+    assert warned[0].fields["failure_class"] == "capture_oom"
+
+
+def test_a_worker_report_the_leaders_engine_agrees_with_marks_the_profile_bad() -> None:
+    d = Driver()
+    d.start()
+    d.feed(member_report(FailureClass.CAPTURE_OOM), fail(FailureClass.CAPTURE_OOM))
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert MarkBad("primary", FailureClass.CAPTURE_OOM) in acts
+    assert "profile.bad_not_remembered" not in events(acts)
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    ([], None),
+    ([fail(FailureClass.CAPTURE_OOM)], None),
+    ([member_report(FailureClass.CAPTURE_OOM, 2)], 2),
+    ([member_report(FailureClass.CAPTURE_OOM, 2), fail(FailureClass.HANG)], 2),
+    ([member_report(FailureClass.CAPTURE_OOM, 2), fail(FailureClass.CAPTURE_OOM)], None),
+])
+def test_reported_only(lines: list[EngineFailed], expected: int | None) -> None:
+    witness = lines[0] if lines else None
+    assert reported_only(FailureClass.CAPTURE_OOM, witness, lines) == expected
 
 
 def test_failure_line_without_exit_is_stopped_after_grace() -> None:

@@ -156,6 +156,9 @@ class EngineFailed(EngineEvent):
 
     failure: FailureClass
     message: str
+    # A worker node's report on the group link, not a line of this host's engine: evidence that
+    # node gives, which alone may restart the group but not mark a profile known-bad.
+    node: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,21 @@ def corroborated(
     return kept, dropped
 
 
+def reported_only(failure: FailureClass, witness: EngineFailed | None,
+                  failures: Iterable[EngineFailed]) -> int | None:
+    """The worker node whose report alone says `failure`, or None when this host's engine agrees.
+
+    A report on the group link is signed by a holder of the group's secret, not by the engine:
+    it may stop the group's start (the leader's ranks cannot finish without the node's), but a
+    profile is remembered as bad only when the leader's own engine showed the same class.
+    """
+    if witness is None or witness.node is None:
+        return None
+    if any(f.node is None and f.failure is failure for f in failures):
+        return None
+    return witness.node
+
+
 def ladder_order(settings: Settings) -> tuple[str, ...]:
     """Configuration order, with the last known good profile first."""
     order = list(settings.profiles)

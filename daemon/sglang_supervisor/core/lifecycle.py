@@ -35,6 +35,7 @@ from sglang_supervisor.core.failover import (
     corroborated,
     decide_next_profile,
     ladder_order,
+    reported_only,
     skipped_known_bad,
 )
 from sglang_supervisor.core.failures import classify_failure
@@ -197,10 +198,12 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         else:
             message = f"stopped by the supervisor: {reason.value}"
         return acts + self._fail_over(failure, message, now, after_ready=cur.reached_ready,
-                                      refused_flag=refused)
+                                      refused_flag=refused,
+                                      reported_by=reported_only(failure, witness, failures))
 
     def _fail_over(self, failure: FailureClass, message: str, now: float,
-                   after_ready: bool, refused_flag: str | None = None) -> list[Action]:
+                   after_ready: bool, refused_flag: str | None = None, *,
+                   reported_by: int | None = None) -> list[Action]:
         """The current attempt is over because of `failure`: failover.decide_next_profile says
         what next (retry, fall back, wait, exit); this carries it out."""
         profile = self.profile or ""
@@ -235,13 +238,13 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
                 return acts + self._launch(profile, f"retry after {failure.value}", now,
                                            self.settings.backoff_s, failure.value)
             case GiveUp(why=why):
-                self._gave_up_on(profile, failure, acts)
+                self._gave_up_on(profile, failure, acts, reported_by)
                 return acts + self._exit(
                     ExitCode.ALL_PROFILES_FAILED,
                     f"no profile left to try after {profile} failed with {failure.value} ({why})",
                     now)
             case FallBack(target=target, why=why):
-                self._gave_up_on(profile, failure, acts)
+                self._gave_up_on(profile, failure, acts, reported_by)
                 acts.append(Log("profile.fallback", "warning", {
                     "from_profile": profile, "to_profile": target, "failure_class": failure.value,
                     "rule": why}))
@@ -277,10 +280,20 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         return acts + self._launch(profile, "rollback after a failed reload", now,
                                    settings.backoff_s, RestartCause.ROLLBACK.value)
 
-    def _gave_up_on(self, profile: str, failure: FailureClass, acts: list[Action]) -> None:
+    def _gave_up_on(self, profile: str, failure: FailureClass, acts: list[Action],
+                    reported_by: int | None = None) -> None:
         self._failed.add(profile)
         self._probation = None
-        acts.append(MarkBad(profile, failure))
+        if reported_by is None:
+            acts.append(MarkBad(profile, failure))
+            return
+        # Only a peer says so: the group moves on for this run, the state file keeps no blame
+        # (the corroboration rule engine text gets: a claim alone never outlives the run).
+        acts.append(Log("profile.bad_not_remembered", "warning", {
+            "profile": profile, "failure_class": failure.value, "node_rank": reported_by,
+            "hint": f"only node {reported_by} reported {failure.value}; this host's engine showed "
+                    "no such failure, so the profile is skipped for this run but not marked "
+                    "known-bad. Check that node's journal"}))
 
     def _ladder(self) -> Ladder:
         return Ladder(order=self._order, remediation=self.settings.remediation,

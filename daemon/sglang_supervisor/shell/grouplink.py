@@ -313,7 +313,7 @@ class GroupCollector(Collector):
 def member_failure_line(f: MemberFailed) -> EngineFailed:
     """A worker node's failure as a failure line of the group's engine (for the lifecycle)."""
     return EngineFailed(line_no=0, rank=f"node{f.node_rank}", failure=f.failure_class,
-                        message=f"node {f.node_rank}: {f.message}"[:400])
+                        message=f"node {f.node_rank}: {f.message}"[:400], node=f.node_rank)
 
 
 # ---- a worker node -------------------------------------------------------------------------------

@@ -768,3 +768,22 @@ def test_a_failure_line_then_a_wedge_names_the_failure() -> None:
     acts = d.feed(HealthFailed("timeout"), HealthFailed("timeout"), HealthFailed("timeout"), dt=5.0)
     assert of(acts, StopEngine) == [StopEngine("wedged")]
     assert MarkBad("primary", FailureClass.NCCL_TIMEOUT) in d.exit_engine(-9, we_stopped=True)
+
+
+@pytest.mark.parametrize(("rc", "we_stopped", "clean"), [
+    (-9, False, False),  # an unrequested SIGKILL is never a clean stop, whatever the version
+    (-9, True, True),    # 0.5.17 SIGKILLs itself after the drain we asked for
+    (0, False, True),
+    (0, True, True),
+])
+def test_engine_exited_says_clean_only_for_a_clean_stop(rc: int, we_stopped: bool,
+                                                        clean: bool) -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    if we_stopped:
+        d.feed(StopRequested("SIGTERM"))
+    # the shell marks -9 clean for a release whose drain ends in -9; only our stop makes it so
+    acts = d.feed(EngineExited(d.lc.attempt, rc, we_stopped, clean=True))
+    exited = [a for a in acts if isinstance(a, Log) and a.event == "engine.exited"]
+    assert len(exited) == 1 and exited[0].fields["clean"] is clean

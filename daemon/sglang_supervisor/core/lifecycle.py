@@ -150,9 +150,12 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             return []
         cur.engine_alive = False
         acts: list[Action] = list(self._cancel_timers())
+        # A version's clean codes (-9 up to 0.5.17) mean clean only after our own stop: the same
+        # -9 unasked is a SIGKILL from elsewhere (OOM killer, a dying child's kill_process_tree).
+        clean = inp.clean and (inp.we_stopped or inp.returncode == 0)
         acts.append(Log("engine.exited", "info" if inp.we_stopped else "warning", {
             "profile": self.profile, "attempt": inp.attempt, "returncode": inp.returncode,
-            "we_stopped": inp.we_stopped, "clean": inp.clean}))
+            "we_stopped": inp.we_stopped, "clean": clean}))
         reason = cur.stop_reason
         if reason is StopReason.SIGNAL:
             return acts + self._stopped_by_signal(now)

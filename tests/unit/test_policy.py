@@ -27,6 +27,7 @@ from sglang_supervisor.core.events import (
     EngineFailed,
     FailureClass,
     HttpUp,
+    LogOnStdout,
     PrefillGraphDisabled,
     ServerReady,
     WeightsLoadBegan,
@@ -787,3 +788,21 @@ def test_engine_exited_says_clean_only_for_a_clean_stop(rc: int, we_stopped: boo
     acts = d.feed(EngineExited(d.lc.attempt, rc, we_stopped, clean=True))
     exited = [a for a in acts if isinstance(a, Log) and a.event == "engine.exited"]
     assert len(exited) == 1 and exited[0].fields["clean"] is clean
+
+
+@pytest.mark.parametrize("timer", [STALL_TIMER, "start"])
+def test_log_on_stdout_is_a_configuration_problem_not_a_hang(timer: str) -> None:
+    """SGLang's own lines came on stdout, stderr silent: the stall or start timeout that follows
+    is no hang of the profile; another profile would not start either."""
+    d = Driver()
+    d.start()
+    assert d.feed(LogOnStdout(0, None)) == []
+    acts = d.feed(TimerFired(timer))
+    logged = [a for a in acts if isinstance(a, Log) and a.event == "engine.log_on_stdout"]
+    assert len(logged) == 1 and logged[0].level == "error"
+    assert "SGLANG_LOGGING_CONFIG_PATH" in logged[0].fields["fix"]
+    assert "engine.hang" not in events(acts) and "engine.start_timeout" not in events(acts)
+    assert of(acts, StopEngine) == [StopEngine("log_on_stdout")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert not of(acts, MarkBad) and not of(acts, Launch)
+    assert of(acts, Exit) == [Exit(ExitCode.CONFIG, "SGLang's log goes to stdout")]

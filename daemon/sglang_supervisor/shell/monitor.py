@@ -440,18 +440,21 @@ class ThroughputMonitor:
             self._stopped.set()
 
     async def run(self) -> None:
-        """Probe every `interval_s` (back-to-back until the baseline has its probes) until stopped or
+        """Probe every `interval_s` (every second until the baseline has its probes), the first
+        one interval after READY's own probe, until stopped or
         until a decision ends this engine run. Never raises for engine trouble."""
         if not self.settings.enabled:
             return
         try:
             while not self._stopped.is_set():
-                await self.tick()
-                if self._stopped.is_set():
-                    break
+                # Wait first: run() starts at READY, right after the probe that gated it, when
+                # the first user requests arrive; a probe at once would measure (and slow) them.
                 collecting = len(self.samples) < self.settings.baseline_runs
                 wait = min(self.settings.interval_s, 1.0) if collecting else self.settings.interval_s
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), wait)
+                if self._stopped.is_set():
+                    break
+                await self.tick()
         finally:
             await self.aclose()

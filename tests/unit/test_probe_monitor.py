@@ -358,7 +358,7 @@ def test_run_waits_an_interval_after_readys_probe_before_probing_again(
     """READY's probe was the first sample; run() starts with the first user traffic and must not
     send another at once. Stopped before its interval is up, it sent none."""
     engine = Engine([100.0, 100.0])
-    mon, _, _ = make(monkeypatch, engine)
+    mon, _, metrics = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
     mon.settings = Settings(interval_s=3600.0, baseline_runs=1)  # no 1 s baseline cadence
 
     async def go() -> None:
@@ -371,3 +371,6 @@ def test_run_waits_an_interval_after_readys_probe_before_probing_again(
 
     asyncio.run(go())
     assert engine.probes == 1
+    # READY's probe is still judged: /status and /metrics have its ratio without a second request
+    assert mon.last_evaluation is not None and mon.last_evaluation.ratio == pytest.approx(1.0)
+    assert metrics.ratio._value.get() == pytest.approx(1.0)

@@ -439,6 +439,17 @@ class ThroughputMonitor:
         if isinstance(d, _TERMINAL) or (isinstance(d, KeepFaster) and d.profile != self.profile):
             self._stopped.set()
 
+    def _evaluate_readys_probe(self) -> None:
+        """The ratio of READY's own probe for /status and /metrics, without a request of ours.
+        Only a quiet verdict is kept: a suspicion needs probes of its own, an interval on."""
+        if not self.samples:
+            return
+        ev = self._evaluate(False, Observations())
+        if isinstance(ev.decision, NoAction):
+            self.last_evaluation = ev
+            if self.metrics is not None:
+                self.metrics.set_ratio(ev.ratio)
+
     async def run(self) -> None:
         """Probe every `interval_s` (every second until the baseline has its probes), the first
         one interval after READY's own probe, until stopped or
@@ -446,6 +457,7 @@ class ThroughputMonitor:
         if not self.settings.enabled:
             return
         try:
+            self._evaluate_readys_probe()
             while not self._stopped.is_set():
                 # Wait first: run() starts at READY, right after the probe that gated it, when
                 # the first user requests arrive; a probe at once would measure (and slow) them.

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="supervisor log format (default: journald under systemd, console on a terminal, "
                         "JSON lines otherwise, e.g. in a container)")
     p.add_argument("--retry-known-bad", action="store_true",
-                   help="ignore remembered known-bad profiles for this start")
+                   help="ignore what this machine remembers for this start (known-bad profiles and "
+                        "the last good one): climb the ladder from its first profile")
 
     p = sub.add_parser(
         "forget", help="clear one model's memory of failed profiles: the next start tries them again",

@@ -17,6 +17,7 @@ from sglang_supervisor.core.events import (
     EngineCrashed,
     EngineEvent,
     EngineFailed,
+    LogOnStdout,
     ServerReady,
     TracebackLine,
 )
@@ -171,3 +172,50 @@ def test_both_pipes_are_drained_under_a_flood_and_every_byte_is_kept(tmp_path: P
     assert [ln for ln in lines if b"Decode batch" in ln] == err_lines  # in order
     assert sum(isinstance(e, DecodeStats) for e in events) == len(err_lines)
     assert pump.stats.bytes == sum(map(len, out_lines)) + sum(map(len, err_lines))
+
+
+def _run_in_order(tmp_path: Path, writes: list[tuple[str, bytes]]) -> list[EngineEvent]:
+    """Like `_run`, but each write waits until the pump handed the one before over (an output
+    callback), so which stream spoke first is certain, not a matter of scheduling."""
+    async def main() -> list[EngineEvent]:
+        loop = asyncio.get_running_loop()
+        err_r, err_w = os.pipe()
+        out_r, out_w = os.pipe()
+        events: list[EngineEvent] = []
+        outputs = 0
+        done = asyncio.Event()
+
+        def on_output(evs: list[EngineEvent]) -> None:
+            nonlocal outputs
+            outputs += 1
+            events.extend(evs)
+
+        pump = EngineLogPump(err_r, loop=loop, log=RotatingByteLog(tmp_path / "engine.log", 1 << 20, 1),
+                             splitter=LineSplitter(), parser=LogParser("0.5.17", []),
+                             echo_fd=out_r, echo_splitter=LineSplitter(),
+                             on_output=on_output, on_eof=done.set)
+        pump.start()
+        for i, (stream, data) in enumerate(writes):
+            os.write(err_w if stream == "err" else out_w, data)
+            deadline = loop.time() + 10
+            while outputs <= i and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            assert outputs > i, "the pump never handed the write over"
+        os.close(err_w)
+        os.close(out_w)
+        await asyncio.wait_for(done.wait(), 10)
+        assert pump.join(10)
+        return events
+
+    return asyncio.run(main())
+
+
+def test_sglang_log_on_stdout_with_stderr_silent_is_told_once(tmp_path: Path) -> None:
+    events = _run_in_order(tmp_path, [("out", CAPTURE), ("out", READY), ("err", b"a warning\n")])
+    assert [type(e) for e in events] == [LogOnStdout]  # and stdout's lines are still no event
+
+
+def test_sglang_lines_on_stdout_after_stderr_spoke_are_user_text(tmp_path: Path) -> None:
+    events = _run_in_order(tmp_path, [("err", CAPTURE), ("out", READY), ("out", _record())])
+    assert not any(isinstance(e, LogOnStdout) for e in events)
+    assert [type(e) for e in events] == [CaptureBegan]

@@ -261,6 +261,10 @@ LADDER_ROWS = [
     ("known-bad profiles are skipped", None, None, {"tuned": "capture_oom"}, False, ORDER,
      {"tuned": "capture_oom"}),
     ("--retry-known-bad skips none", None, None, {"tuned": "capture_oom"}, True, ORDER, {}),
+    ("--retry-known-bad climbs from the best profile, not from the last good fallback",
+     "low-mem", None, {"tuned": "capture_oom"}, True, ORDER, {}),
+    ("--retry-known-bad: a profile on probation does not come first either", "low-mem", "no-spec",
+     {}, True, ORDER, {}),
     ("every profile known bad: none skipped (else the service could never start)", None, None,
      dict.fromkeys(ORDER, "hang"), False, ORDER, {}),
 ]

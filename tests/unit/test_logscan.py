@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,25 @@ def test_json_keys_are_documented() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "LOGSCAN.md").read_text()
     for key in [*KEYS, "explain"]:
         assert f"| `{key}` |" in doc, key
+
+
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO without a writer: a plain open() never returns. logscan names it and says how to
+    pipe a stream in instead, and still scans the other files."""
+    fifo = tmp_path / "engine.fifo"
+    os.mkfifo(fifo)
+    result: list[int] = []
+    scan = threading.Thread(target=lambda: result.append(
+        cli.main(["logscan", str(fifo), str(FIX / "eager.log")])), daemon=True)
+    scan.start()
+    scan.join(60)  # a guard against a hang, not a measure: the answer needs no writer at all
+    if scan.is_alive():  # blocked in open(): let it go, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        scan.join()
+        pytest.fail("logscan waited for a writer on a FIFO")
+    assert result == [1]
+    captured = capsys.readouterr()
+    assert f"cannot read {fifo}: not a regular file" in captured.err
+    assert "logscan - <" in captured.err
+    assert "eager.log: READY" in captured.out

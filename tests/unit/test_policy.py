@@ -27,6 +27,7 @@ from sglang_supervisor.core.events import (
     EngineFailed,
     FailureClass,
     HttpUp,
+    LogOnStdout,
     PrefillGraphDisabled,
     ServerReady,
     WeightsLoadBegan,
@@ -808,3 +809,40 @@ def test_a_failure_line_then_a_wedge_names_the_failure() -> None:
     acts = d.feed(HealthFailed("timeout"), HealthFailed("timeout"), HealthFailed("timeout"), dt=5.0)
     assert of(acts, StopEngine) == [StopEngine("wedged")]
     assert MarkBad("primary", FailureClass.NCCL_TIMEOUT) in d.exit_engine(-9, we_stopped=True)
+
+
+@pytest.mark.parametrize(("rc", "we_stopped", "clean"), [
+    (-9, False, False),  # an unrequested SIGKILL is never a clean stop, whatever the version
+    (-9, True, True),    # 0.5.17 SIGKILLs itself after the drain we asked for
+    (0, False, True),
+    (0, True, True),
+])
+def test_engine_exited_says_clean_only_for_a_clean_stop(rc: int, we_stopped: bool,
+                                                        clean: bool) -> None:
+    d = Driver()
+    d.start()
+    d.to_ready()
+    if we_stopped:
+        d.feed(StopRequested("SIGTERM"))
+    # the shell marks -9 clean for a release whose drain ends in -9; only our stop makes it so
+    acts = d.feed(EngineExited(d.lc.attempt, rc, we_stopped, clean=True))
+    exited = [a for a in acts if isinstance(a, Log) and a.event == "engine.exited"]
+    assert len(exited) == 1 and exited[0].fields["clean"] is clean
+
+
+@pytest.mark.parametrize("timer", [STALL_TIMER, "start"])
+def test_log_on_stdout_is_a_configuration_problem_not_a_hang(timer: str) -> None:
+    """SGLang's own lines came on stdout, stderr silent: the stall or start timeout that follows
+    is no hang of the profile; another profile would not start either."""
+    d = Driver()
+    d.start()
+    assert d.feed(LogOnStdout(0, None)) == []
+    acts = d.feed(TimerFired(timer))
+    logged = [a for a in acts if isinstance(a, Log) and a.event == "engine.log_on_stdout"]
+    assert len(logged) == 1 and logged[0].level == "error"
+    assert "SGLANG_LOGGING_CONFIG_PATH" in logged[0].fields["fix"]
+    assert "engine.hang" not in events(acts) and "engine.start_timeout" not in events(acts)
+    assert of(acts, StopEngine) == [StopEngine("log_on_stdout")]
+    acts = d.exit_engine(-9, we_stopped=True)
+    assert not of(acts, MarkBad) and not of(acts, Launch)
+    assert of(acts, Exit) == [Exit(ExitCode.CONFIG, "SGLang's log goes to stdout")]

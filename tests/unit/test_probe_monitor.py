@@ -351,3 +351,26 @@ def test_an_unexplained_episode_has_no_recovery_line(monkeypatch: pytest.MonkeyP
     with capture_logs() as logs:
         ticks(mon, 3)
     assert not [e for e in logs if e["event"] in ("throughput.recovered", "probe.regression_suspected")]
+
+
+def test_run_waits_an_interval_after_readys_probe_before_probing_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """READY's probe was the first sample; run() starts with the first user traffic and must not
+    send another at once. Stopped before its interval is up, it sent none."""
+    engine = Engine([100.0, 100.0])
+    mon, _, metrics = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
+    mon.settings = Settings(interval_s=3600.0, baseline_runs=1)  # no 1 s baseline cadence
+
+    async def go() -> None:
+        await mon.first_probe()
+        task = asyncio.ensure_future(mon.run())
+        for _ in range(200):  # let run() go as far as it goes without the clock moving
+            await asyncio.sleep(0)
+        mon.stop()
+        await asyncio.wait_for(task, 30)
+
+    asyncio.run(go())
+    assert engine.probes == 1
+    # READY's probe is still judged: /status and /metrics have its ratio without a second request
+    assert mon.last_evaluation is not None and mon.last_evaluation.ratio == pytest.approx(1.0)
+    assert metrics.ratio._value.get() == pytest.approx(1.0)

@@ -4,7 +4,10 @@ parser, offline. The JSON object is a stable contract: docs/LOGSCAN.md."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -58,7 +61,13 @@ def main(args: argparse.Namespace) -> int:
 def _scan(name: str) -> list[Run]:
     if name == "-":
         return scan_runs(sys.stdin.buffer.read)
-    with open(name, "rb") as fh:
+    # O_NONBLOCK: a FIFO without a writer would block open() forever; only regular files are
+    # read by name (a stream comes in on stdin, where the user chose to wait for it)
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket?); pipe a "
+                                        f"stream in instead: logscan - < {name}")
         return scan_runs(fh.read)
 
 

@@ -19,7 +19,7 @@ from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.group import NODE_RANK_ENV, with_node_rank
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.configfile import load_config, logging_config_problems
 from sglang_supervisor.shell.grouplink import WorkerNode
 from sglang_supervisor.shell.logsetup import LogFormat, configure_logging, shutdown_logging
 from sglang_supervisor.shell.supervisor import Options, Prepared, Supervisor, capture_keys, prepare
@@ -41,7 +41,15 @@ def load_and_prepare(path: str, log_format: LogFormat | None) -> Prepared:
         configure_logging(config.logging.format, background=True)
     for w in warnings:
         log.warning("config.warning", path=w.path or path, problem=w.problem, fix=w.fix)
-    return prepare(config, detect_engine_version(config))
+    prepared = prepare(config, detect_engine_version(config))
+    # check only warns about SGLANG_LOGGING_CONFIG_PATH; run reads the file it will start with
+    errors, more = logging_config_problems(
+        {name: r.env for name, r in prepared.renders.items()}, os.environ)
+    if errors:
+        raise ConfigError(errors, path)
+    for w in more:
+        log.warning("config.warning", path=w.path or path, problem=w.problem, fix=w.fix)
+    return prepared
 
 
 def report_config_error(exc: ConfigError, path: str) -> int:

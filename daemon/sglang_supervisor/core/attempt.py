@@ -32,6 +32,7 @@ class Attempt:
     probing: bool = False  # the first (ready) probe runs
     reached_ready: bool = False
     wedge: Tally = field(default_factory=Tally)  # wedge.judge's counts (health misses, hung probes)
+    log_on_stdout: bool = False  # SGLang's log came on stdout, stderr silent (LogOnStdout)
     progress: bool = False  # decode progress (log or /metrics) since the last check result
 
     @property

@@ -169,6 +169,12 @@ class EngineCrashed(EngineEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class LogOnStdout(EngineEvent):
+    """SGLang's own start-up lines came on its stdout while nothing was parsed from its stderr:
+    its log was sent to stdout (a logging config of the user's), so no start is ever seen."""
+
+
+@dataclass(frozen=True, slots=True)
 class TracebackLine(EngineEvent):
     """Part of a Python traceback or an error text: forwarded at error priority."""
 

@@ -91,8 +91,12 @@ def reported_only(failure: FailureClass, witness: EngineFailed | None,
 
 
 def ladder_order(settings: Settings) -> tuple[str, ...]:
-    """Configuration order, with the last known good profile first."""
+    """Configuration order, with the last known good profile first. `--retry-known-bad` means
+    "the fault is fixed": the start climbs from the best profile, as on a fresh machine; starting
+    the last good fallback first would never reach the better ones it was meant to retry."""
     order = list(settings.profiles)
+    if settings.retry_known_bad:
+        return tuple(order)
     if settings.last_good in order:
         order.remove(settings.last_good)
         order.insert(0, settings.last_good)

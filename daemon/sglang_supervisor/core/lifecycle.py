@@ -161,12 +161,18 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             return []
         cur.engine_alive = False
         acts: list[Action] = list(self._cancel_timers())
+        # A version's clean codes (-9 up to 0.5.17) mean clean only after our own stop: the same
+        # -9 unasked is a SIGKILL from elsewhere (OOM killer, a dying child's kill_process_tree).
+        clean = inp.clean and (inp.we_stopped or inp.returncode == 0)
         acts.append(Log("engine.exited", "info" if inp.we_stopped else "warning", {
             "profile": self.profile, "attempt": inp.attempt, "returncode": inp.returncode,
-            "we_stopped": inp.we_stopped, "clean": inp.clean}))
+            "we_stopped": inp.we_stopped, "clean": clean}))
         reason = cur.stop_reason
         if reason is StopReason.SIGNAL:
             return acts + self._stopped_by_signal(now)
+        if reason is StopReason.LOG_ON_STDOUT:
+            self._close_attempt(now, Outcome.FAILED, None)
+            return acts + self._exit(ExitCode.CONFIG, "SGLang's log goes to stdout", now)
         if reason is StopReason.GPU_BUSY:
             self._close_attempt(now, Outcome.FAILED, FailureClass.GPU_BUSY)
             return acts + self._wait_temporary(FailureClass.GPU_BUSY, self._gpu_busy_detail, now,
@@ -309,7 +315,19 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             return self._on_temporary_timer(now)
         if not self.cur.engine_alive or self.cur.stopping:
             return []
-        match timer_verdict(inp.name, self.phase):
+        verdict = timer_verdict(inp.name, self.phase)
+        if verdict in (StopReason.HANG, StopReason.START_TIMEOUT) and self.cur.log_on_stdout:
+            # Not a hang: SGLang started on stdout, where its lines are never read. Another
+            # profile would go the same way, so no profile is blamed and the ladder stays.
+            return [Log("engine.log_on_stdout", "error", {
+                "profile": self.profile, "phase": self.phase.value,
+                "problem": "SGLang writes its log to stdout (a logging config of its own, e.g. "
+                           "SGLANG_LOGGING_CONFIG_PATH); the supervisor reads SGLang's log from "
+                           "stderr only, so it cannot see the start complete",
+                "fix": "send SGLang's log handlers to ext://sys.stderr, or remove "
+                       "SGLANG_LOGGING_CONFIG_PATH from the profile's env"}),
+                    *self._stop(StopReason.LOG_ON_STDOUT)]
+        match verdict:
             case StopReason.HANG:
                 return [Log("engine.hang", "error", {"profile": self.profile, "phase": self.phase.value,
                                                      "stall_s": self.settings.stall_s}),

@@ -28,6 +28,7 @@ from sglang_supervisor.core.events import (
     FailureClass,
     HttpUp,
     KVCacheAllocated,
+    LogOnStdout,
     PrefillGraphDisabled,
     PrefillStats,
     SchedulerReady,
@@ -52,7 +53,7 @@ IGNORED_ENGINE_EVENTS: tuple[type[EngineEvent], ...] = (
 )
 HANDLED_ENGINE_EVENTS: tuple[type[EngineEvent], ...] = (
     EngineFailed, EngineCrashed, DecodeStats, WeightsLoadBegan, WeightsLoaded, KVCacheAllocated,
-    CaptureBegan, CaptureEnded, PrefillGraphDisabled, HttpUp, ServerReady,
+    CaptureBegan, CaptureEnded, PrefillGraphDisabled, HttpUp, ServerReady, LogOnStdout,
 )
 
 
@@ -60,6 +61,9 @@ class StartingLifecycle(LifecycleBase):
     def _on_engine_event(self, ev: EngineEvent, now: float) -> list[Action]:
         if isinstance(ev, EngineFailed | EngineCrashed):
             return self._failure_line(ev, now)
+        if isinstance(ev, LogOnStdout):
+            self.cur.log_on_stdout = True  # decides what a hang or start timeout means (lifecycle)
+            return []
         acts: list[Action] = []
         if isinstance(ev, DecodeStats):
             self.cur.progress = True  # a `Decode batch` line: decode steps ran since the last one

@@ -10,6 +10,7 @@ same argv items and tables.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -422,3 +423,18 @@ def migrate_env(env: Mapping[str, str], version: str) -> EnvMigration:
             )
         )
     return EnvMigration(out, warnings)
+
+
+def stdout_log_handlers(text: str) -> list[str] | None:
+    """Handlers of an `SGLANG_LOGGING_CONFIG_PATH` file (SGLang reads it as JSON and gives it to
+    `logging.config.dictConfig`) that write to stdout, where the supervisor never reads SGLang's
+    log; None when the text is not such a JSON object (SGLang would fail on it itself)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    handlers = data.get("handlers") if isinstance(data, dict) else None
+    if not isinstance(handlers, dict):
+        return None if not isinstance(data, dict) else []
+    return sorted(str(name) for name, spec in handlers.items()
+                  if isinstance(spec, dict) and "sys.stdout" in str(spec.get("stream", "")))

@@ -303,3 +303,18 @@ def refused_flag(message: str) -> str | None:
     """The flag SGLang asked to remove in a `flag_refused` failure line, else None."""
     m = FLAG_REFUSED.search(message)
     return m.group("flag") if m is not None else None
+
+
+# SGLang's own start-up lines in its line format, for telling that its log went to stdout (a
+# logging config of the user's own): a line of these, in the bracketed header, with nothing parsed
+# from stderr. Request records and access lines never look like them, and they come only after
+# the HTTP server is up, when stderr has long spoken.
+_OWN_START_LINE = re.compile(
+    r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z][A-Z_]*\d+)*\] "
+    r"(?:server_args=|Load weight begin\.|Init torch distributed|Capture (?:target|draft|cuda graph)"
+    r"|KV Cache is allocated|The server is fired up)")
+
+
+def looks_like_own_log(line: str) -> bool:
+    """`line` (from the engine's stdout) is one of SGLang's own start-up log lines."""
+    return _OWN_START_LINE.match(line) is not None

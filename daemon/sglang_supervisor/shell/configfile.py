@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from sglang_supervisor.core.config import (
     parse_config,
 )
 from sglang_supervisor.core.exposure import exposure_warnings
+from sglang_supervisor.engine.migrate import stdout_log_handlers
 from sglang_supervisor.shell.filetrust import untrusted_config_file, untrusted_files
 
 log = structlog.get_logger("sglang_supervisor.core.config")
@@ -122,3 +123,61 @@ def load_config(path: str | Path, *, on_warning: Callable[[ConfigProblem], None]
 def default_demo_config_path() -> Path:
     """The packaged demo configuration (the simulator engine), also at etc/sglang-supervisor/demo.yaml."""
     return Path(str(resources.files("sglang_supervisor.defaults").joinpath("demo.yaml")))
+
+
+LOGGING_CONFIG_ENV = "SGLANG_LOGGING_CONFIG_PATH"
+MAX_LOGGING_CONFIG_BYTES = 1 << 20
+
+
+def _read_small_regular(path: str) -> str | None:
+    """The text of a regular file of at most MAX_LOGGING_CONFIG_BYTES, else None (never blocks
+    on a FIFO or a device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_LOGGING_CONFIG_BYTES + 1)
+        if len(raw) > MAX_LOGGING_CONFIG_BYTES:
+            return None
+        return raw.decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def logging_config_problems(envs: Mapping[str, Mapping[str, str]], inherited: Mapping[str, str]
+                            ) -> tuple[list[ConfigProblem], list[ConfigProblem]]:
+    """(errors, warnings) for `SGLANG_LOGGING_CONFIG_PATH` as `run` starts: a file whose handlers
+    write to stdout is refused (the supervisor reads SGLang's log from stderr only, so no start
+    would ever be seen: docs/FAULTS.md); a file it cannot read is warned about. `envs`: each
+    profile's rendered environment; `inherited`: the supervisor's own, which the engine gets."""
+    errors: list[ConfigProblem] = []
+    warnings: list[ConfigProblem] = []
+    seen: dict[str, list[str] | None] = {}
+    fix = (f"send every handler of that file to ext://sys.stderr, or remove {LOGGING_CONFIG_ENV}; "
+           "sglang-supervisor check --config FILE lists it")
+    for profile, env in envs.items():
+        path = env.get(LOGGING_CONFIG_ENV, inherited.get(LOGGING_CONFIG_ENV))
+        if not path:
+            continue
+        key = (f"profiles.{profile}.env.{LOGGING_CONFIG_ENV}" if LOGGING_CONFIG_ENV in env
+               else f"{LOGGING_CONFIG_ENV} (the supervisor's environment)")
+        if path not in seen:
+            text = _read_small_regular(path)
+            seen[path] = None if text is None else stdout_log_handlers(text)
+        handlers = seen[path]
+        if handlers is None:
+            warnings.append(ConfigProblem(
+                key, f"cannot check {path} (not a readable JSON file of at most "
+                     f"{MAX_LOGGING_CONFIG_BYTES} bytes): if SGLang's log goes to stdout the "
+                     "supervisor cannot see the engine start", fix))
+        elif handlers:
+            errors.append(ConfigProblem(
+                key, f"{path} sends SGLang's log to stdout (handler(s) {', '.join(handlers)}); "
+                     "the supervisor reads SGLang's log from stderr only", fix))
+    return errors, warnings

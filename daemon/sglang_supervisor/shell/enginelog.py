@@ -41,11 +41,13 @@ from sglang_supervisor.core.events import (
     EngineCrashed,
     EngineEvent,
     EngineFailed,
+    LogOnStdout,
     PrefillStats,
     TracebackLine,
 )
 from sglang_supervisor.core.logmux import LineMux
 from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.engine.patterns import looks_like_own_log
 from sglang_supervisor.shell.batchqueue import BatchQueue
 
 READ_SIZE = 64 * 1024
@@ -387,6 +389,10 @@ class EngineLogPump:
         self._queue: BatchQueue[ForwardLine] = BatchQueue(forward_queue, forward_queue_bytes)
         self._clock = clock
         self._last_progress = -PROGRESS_FORWARD_S
+        # stdout is read for one fact only: SGLang's own lines there while stderr has said
+        # nothing we parse (its log was sent to stdout); told once (LogOnStdout)
+        self._stderr_spoke = False
+        self._told_log_on_stdout = False
         self._held: list[EngineEvent] = []  # passive events not handed to the loop yet
         self._holding = False  # output (with or without events) the loop has not heard of
         self._last_hand_over = -HAND_OVER_EVERY_S
@@ -511,12 +517,23 @@ class EngineLogPump:
         batch."""
         events: list[EngineEvent] = []
         if not parsed:
+            if not self._stderr_spoke and not self._told_log_on_stdout and any(
+                    looks_like_own_log(line) for line in lines):
+                self._told_log_on_stdout = True
+                events.append(LogOnStdout(0, None))
             if self._forwarding:
                 echoes: list[ForwardLine] = [(line, PRIORITY_INFO, None) for line in lines
                                              if line and not line.isspace()]
                 if echoes:
                     self.stats.forward_dropped += self._queue.put(echoes, size)
             return events
+        try:
+            return self._parse_stderr(lines, size, events)
+        finally:
+            self._stderr_spoke = self._stderr_spoke or bool(events)
+
+    def _parse_stderr(self, lines: list[str], size: int, events: list[EngineEvent]
+                      ) -> list[EngineEvent]:
         feed_line = self._parser.feed_line
         if not self._forwarding:
             for line in lines:

@@ -439,19 +439,34 @@ class ThroughputMonitor:
         if isinstance(d, _TERMINAL) or (isinstance(d, KeepFaster) and d.profile != self.profile):
             self._stopped.set()
 
+    def _evaluate_readys_probe(self) -> None:
+        """The ratio of READY's own probe for /status and /metrics, without a request of ours.
+        Only a quiet verdict is kept: a suspicion needs probes of its own, an interval on."""
+        if not self.samples:
+            return
+        ev = self._evaluate(False, Observations())
+        if isinstance(ev.decision, NoAction):
+            self.last_evaluation = ev
+            if self.metrics is not None:
+                self.metrics.set_ratio(ev.ratio)
+
     async def run(self) -> None:
-        """Probe every `interval_s` (back-to-back until the baseline has its probes) until stopped or
+        """Probe every `interval_s` (every second until the baseline has its probes), the first
+        one interval after READY's own probe, until stopped or
         until a decision ends this engine run. Never raises for engine trouble."""
         if not self.settings.enabled:
             return
         try:
+            self._evaluate_readys_probe()
             while not self._stopped.is_set():
-                await self.tick()
-                if self._stopped.is_set():
-                    break
+                # Wait first: run() starts at READY, right after the probe that gated it, when
+                # the first user requests arrive; a probe at once would measure (and slow) them.
                 collecting = len(self.samples) < self.settings.baseline_runs
                 wait = min(self.settings.interval_s, 1.0) if collecting else self.settings.interval_s
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stopped.wait(), wait)
+                if self._stopped.is_set():
+                    break
+                await self.tick()
         finally:
             await self.aclose()

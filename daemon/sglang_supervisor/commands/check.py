@@ -74,6 +74,14 @@ def main(args: argparse.Namespace) -> int:
                 gateway_key(config)  # `run` reads it at start the same way
             except ConfigError as exc:
                 problems += exc.problems
+        if not getattr(args, "alone", False):
+            # Other models on the host: the unit's ExecStartPre refuses a start that would wait
+            # 20 minutes on port_in_use or share a log, state file or GPUs (core/hostclash.py).
+            from sglang_supervisor.commands.hostmodels import host_problems  # noqa: PLC0415
+
+            clashes, notes = host_problems(config, args.config)
+            problems += clashes
+            warnings += [ConfigProblem("", note, "check that file on its own") for note in notes]
         if problems:
             raise ConfigError(problems, args.config)
     except ConfigError as exc:

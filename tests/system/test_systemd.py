@@ -127,6 +127,13 @@ def test_package_installs_user_units_and_config_but_starts_nothing(box: Sandbox)
     assert QWEN_YAML.read_bytes() == (EXAMPLES / "qwen.yaml").read_bytes()
     assert not (ETC / "demo.yaml").exists()
     assert (Path("/usr/share/doc/sglang-supervisor/examples") / "sim.yaml").is_file()
+    # what OPERATIONS.md points to: the alert rules (with their promtool tests), the dashboard, the guides
+    shipped = Path("/usr/share/sglang-supervisor")
+    for asset in ("prometheus/alerts.yml", "prometheus/alerts.test.yml", "prometheus/scrape.yml",
+                  "grafana/sglang-supervisor.json"):
+        assert (shipped / asset).is_file(), asset
+    for guide in ("OPERATIONS.md", "CONFIG.md", "LOGSCAN.md", "FAULTS.md"):
+        assert (Path("/usr/share/doc/sglang-supervisor") / guide).is_file(), guide
     version = box.run("sglang-supervisor", "--version").stdout
     assert "sglang-supervisor" in version
     assert box.run("sglang-sim", "--help").returncode == 0  # the README's and the docs' simulator

@@ -768,3 +768,23 @@ def test_a_failure_line_then_a_wedge_names_the_failure() -> None:
     acts = d.feed(HealthFailed("timeout"), HealthFailed("timeout"), HealthFailed("timeout"), dt=5.0)
     assert of(acts, StopEngine) == [StopEngine("wedged")]
     assert MarkBad("primary", FailureClass.NCCL_TIMEOUT) in d.exit_engine(-9, we_stopped=True)
+
+
+def test_status_names_the_fallback_and_why_while_serving_below_the_best_profile() -> None:
+    d = Driver()
+    d.start()
+    d.feed(CaptureBegan(2, "TP0", "target", "decode", "full"))
+    d.feed(TimerFired(STALL_TIMER))
+    d.relaunched(d.exit_engine(-9, we_stopped=True))
+    assert "fallback" not in d.lc.status_text()  # only once it serves
+    d.to_ready(tok_s=40.0)
+    assert d.lc.status_text() == "serving profile=no-prefill-graph (fallback from primary: hang) tok/s=40.0"
+    # a later run that skips the best profile as known bad says so too; the best itself says nothing
+    skipped = Driver(known_bad={"primary": "capture_oom"})
+    skipped.start()
+    skipped.to_ready()
+    assert "(fallback from primary: capture_oom)" in skipped.lc.status_text()
+    best = Driver()
+    best.start()
+    best.to_ready()
+    assert "fallback" not in best.lc.status_text()

@@ -43,6 +43,16 @@ def _summary(path: str, config: Config, version: str, source: str, rendered: lis
     return "\n".join(lines)
 
 
+def _host_clashes(config: Config, path: str, warnings: list[ConfigProblem]) -> list[ConfigProblem]:
+    """Other models on the host: the unit's ExecStartPre refuses a start that would wait 20
+    minutes on port_in_use or share a log, state file or GPUs (core/hostclash.py)."""
+    from sglang_supervisor.commands.hostmodels import host_problems  # noqa: PLC0415
+
+    clashes, notes = host_problems(config, path)
+    warnings += [ConfigProblem("", note, "check that file on its own") for note in notes]
+    return clashes
+
+
 def main(args: argparse.Namespace) -> int:
     warnings: list[ConfigProblem] = []
     rendered: list[RenderedCommand] = []
@@ -74,14 +84,8 @@ def main(args: argparse.Namespace) -> int:
                 gateway_key(config)  # `run` reads it at start the same way
             except ConfigError as exc:
                 problems += exc.problems
-        if not getattr(args, "alone", False):
-            # Other models on the host: the unit's ExecStartPre refuses a start that would wait
-            # 20 minutes on port_in_use or share a log, state file or GPUs (core/hostclash.py).
-            from sglang_supervisor.commands.hostmodels import host_problems  # noqa: PLC0415
-
-            clashes, notes = host_problems(config, args.config)
-            problems += clashes
-            warnings += [ConfigProblem("", note, "check that file on its own") for note in notes]
+        if not args.alone:
+            problems += _host_clashes(config, args.config, warnings)
         if problems:
             raise ConfigError(problems, args.config)
     except ConfigError as exc:

@@ -171,3 +171,17 @@ def test_both_pipes_are_drained_under_a_flood_and_every_byte_is_kept(tmp_path: P
     assert [ln for ln in lines if b"Decode batch" in ln] == err_lines  # in order
     assert sum(isinstance(e, DecodeStats) for e in events) == len(err_lines)
     assert pump.stats.bytes == sum(map(len, out_lines)) + sum(map(len, err_lines))
+
+
+def test_sglangs_usage_text_reaches_the_journal_folded_and_the_file_whole(tmp_path: Path) -> None:
+    real = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200" / "failures"
+            / "unknown_flag.log").read_bytes()  # a refused flag on real 0.5.17
+    _pump, _events, forwarded = _run(tmp_path, [("err", real)])
+    texts = [f[0] for f in forwarded]
+    usage = [t for t in texts if t.startswith("usage: ")]
+    assert usage == ["usage: sglang serve [-h] --model-path MODEL_PATH"]
+    after = texts[texts.index(usage[0]) + 1:]
+    assert after[0] == "(419 more lines of the engine's usage text are in the engine log file, not forwarded)"
+    assert after[1].startswith("sglang serve: error: unrecognized arguments: --mamba-scheduler-strategyy")
+    assert len(texts) < 10
+    assert (tmp_path / "engine.log").read_bytes().count(b"\n") == real.count(b"\n")  # the file has all

@@ -95,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-dir", default="/etc/sglang-supervisor", metavar="DIR",
                    help="where the host's other models are configured (default /etc/sglang-supervisor)")
 
+    p = sub.add_parser(
+        "status", help="every model on this host at a glance: unit, phase, profile, tok/s, time below "
+        "the best profile, last failure, gateway, stale code",
+        epilog="asks each running supervisor for its /status on metrics.address; exit 0, or 78 when "
+        "--all finds no configuration")
+    _add_config(p)
+    p.add_argument("--all", action="store_true",
+                   help="every configuration in --config-dir instead of --config")
+    p.add_argument("--config-dir", default="/etc/sglang-supervisor", metavar="DIR",
+                   help="where --all looks (default /etc/sglang-supervisor)")
+    p.add_argument("--json", action="store_true", help="one object per model, stable field names")
+
     p = sub.add_parser("render", help="show the SGLang command(s) a configuration would start")
     _add_config(p)
     p.add_argument("--profile", "-p", help="render only this profile (default: every profile)")

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import sglang_supervisor
 from sglang_supervisor import cli
 from sglang_supervisor.core.statusview import duration, model_row, table
+from sglang_supervisor.shell.codestamp import code_stamp
 
 DOC = {"phase": "serving", "profile": "no-prefill-graph", "tok_s": 398.12,
        "below_best_profile_seconds": 7300.0, "code_stale": True,
@@ -84,9 +86,6 @@ def test_status_all_json_has_one_stable_object_per_model(
 
 def test_the_code_stamp_changes_when_an_upgrade_rewrites_the_installed_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sglang_supervisor  # noqa: PLC0415
-    from sglang_supervisor.shell.codestamp import code_stamp  # noqa: PLC0415
-
     (tmp_path / "__init__.py").write_text("old\n")
     (tmp_path / "cli.py").write_text("old\n")
     monkeypatch.setattr(sglang_supervisor, "__file__", str(tmp_path / "__init__.py"))

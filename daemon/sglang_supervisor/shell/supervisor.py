@@ -129,6 +129,7 @@ class Supervisor:
         self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
         self.below_best_since: float | None = None  # wall clock; persisted per fingerprint
         self.code_at_start = code_stamp()  # /status's code_stale: an upgrade replaced our files
+        self.metrics.code_stale.set_function(lambda: 0.0 if code_stamp() == self.code_at_start else 1.0)
         self.metrics.below_best.set_function(self._below_best_seconds)
         self.fp = self.fingerprint()
         self.lifecycle = Lifecycle(self.settings(first_run=True))

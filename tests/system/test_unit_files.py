@@ -127,7 +127,7 @@ def test_unit_carries_the_contract_with_the_supervisor() -> None:
     assert s["KillMode"] == ["mixed"] and s["Restart"] == ["on-failure"]
     assert s["RestartPreventExitStatus"] == ["78"]
     # a broken file fails `systemctl reload` before the running supervisor sees it
-    assert s["ExecReload"] == [f"{EXEC_START} check --config /etc/sglang-supervisor/qwen.yaml",
+    assert s["ExecReload"] == [f"{EXEC_START} check --alone --config /etc/sglang-supervisor/qwen.yaml",
                                "/bin/kill -HUP $MAINPID"]
     assert s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == ["char-nvidia* rw"]
     assert s["LimitMEMLOCK"] == ["infinity"] and s["User"] == ["sglang"]

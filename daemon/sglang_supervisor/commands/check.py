@@ -44,8 +44,8 @@ def _summary(path: str, config: Config, version: str, source: str, rendered: lis
 
 
 def _host_clashes(config: Config, path: str, warnings: list[ConfigProblem]) -> list[ConfigProblem]:
-    """Other models on the host: the unit's ExecStartPre refuses a start that would wait 20
-    minutes on port_in_use or share a log, state file or GPUs (core/hostclash.py)."""
+    """Other models on the host: refuse a configuration whose start would wait 20 minutes on
+    port_in_use or share a log, state file or GPUs (core/hostclash.py)."""
     from sglang_supervisor.commands.hostmodels import host_problems  # noqa: PLC0415
 
     clashes, notes = host_problems(config, path)

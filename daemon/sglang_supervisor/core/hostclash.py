@@ -2,7 +2,7 @@
 
 A second model copied from the first keeps its port, metrics address and log file; nothing fails
 until `systemctl start` waits 20 minutes on `port_in_use` or two engines interleave one log. `check`
-(the unit's ExecStartPre) compares a model's claims with every other configuration on the host
+compares a model's claims with every other configuration on the host
 and names both models and the fix; `sglang-model add` picks values nobody claims (`free_port`).
 """
 

@@ -107,7 +107,7 @@ else
     say "systemd is not running here: units installed, no daemon-reload"
 fi
 SGLANG_MODEL_NO_RELOAD=0 /usr/local/sbin/sglang-model refresh
-[ -z "$model" ] || /usr/local/sbin/sglang-model add "$model" ${from:+--from "$from"}
+[ -z "$model" ] || SGLANG_MODEL_SUPERVISOR="$VENV/bin/sglang-supervisor" /usr/local/sbin/sglang-model add "$model" ${from:+--from "$from"}
 
 say "done. Next: edit $ETC/qwen.yaml (engine.command, engine.model_path), then"
 say "  sglang-supervisor check --config $ETC/qwen.yaml && systemctl start sglang-qwen"

@@ -80,6 +80,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-version", metavar="V",
                    help="check for this SGLang version instead of asking the engine (offline checks)")
     p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.add_argument("--alone", action="store_true",
+                   help="do not compare with the other configurations in the same directory (by default "
+                        "a port, metrics address, log file, state file or GPU another model there also "
+                        "claims is an error)")
+
+    p = sub.add_parser(
+        "place", help="copy a configuration for another model on this host, with its own engine port, "
+        "metrics address and engine log file (what sglang-model add writes)",
+        epilog="the new configuration goes to stdout, each value changed to stderr; exit 0, or 2 when "
+        "--from cannot be read")
+    p.add_argument("name", metavar="NAME", help="the new model's name (its top-level name:)")
+    p.add_argument("--from", dest="from_file", required=True, metavar="FILE",
+                   help="the configuration to start from")
+    p.add_argument("--config-dir", default="/etc/sglang-supervisor", metavar="DIR",
+                   help="where the host's other models are configured (default /etc/sglang-supervisor)")
+
+    p = sub.add_parser(
+        "status", help="every model on this host at a glance: unit, phase, profile, tok/s, time below "
+        "the best profile, last failure, gateway, stale code",
+        epilog="asks each running supervisor for its /status on metrics.address; exit 0, or 78 when "
+        "--all finds no configuration")
+    _add_config(p)
+    p.add_argument("--all", action="store_true",
+                   help="every configuration in --config-dir instead of --config")
+    p.add_argument("--config-dir", default="/etc/sglang-supervisor", metavar="DIR",
+                   help="where --all looks (default /etc/sglang-supervisor)")
+    p.add_argument("--json", action="store_true", help="one object per model, stable field names")
 
     p = sub.add_parser("render", help="show the SGLang command(s) a configuration would start")
     _add_config(p)

@@ -219,3 +219,17 @@ def test_sglang_lines_on_stdout_after_stderr_spoke_are_user_text(tmp_path: Path)
     events = _run_in_order(tmp_path, [("err", CAPTURE), ("out", READY), ("out", _record())])
     assert not any(isinstance(e, LogOnStdout) for e in events)
     assert [type(e) for e in events] == [CaptureBegan]
+
+
+def test_sglangs_usage_text_reaches_the_journal_folded_and_the_file_whole(tmp_path: Path) -> None:
+    real = (Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200" / "failures"
+            / "unknown_flag.log").read_bytes()  # a refused flag on real 0.5.17
+    _pump, _events, forwarded = _run(tmp_path, [("err", real)])
+    texts = [f[0] for f in forwarded]
+    usage = [t for t in texts if t.startswith("usage: ")]
+    assert usage == ["usage: sglang serve [-h] --model-path MODEL_PATH"]
+    after = texts[texts.index(usage[0]) + 1:]
+    assert after[0] == "(419 more lines of the engine's usage text are in the engine log file, not forwarded)"
+    assert after[1].startswith("sglang serve: error: unrecognized arguments: --mamba-scheduler-strategyy")
+    assert len(texts) < 10
+    assert (tmp_path / "engine.log").read_bytes().count(b"\n") == real.count(b"\n")  # the file has all

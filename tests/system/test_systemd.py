@@ -127,6 +127,13 @@ def test_package_installs_user_units_and_config_but_starts_nothing(box: Sandbox)
     assert QWEN_YAML.read_bytes() == (EXAMPLES / "qwen.yaml").read_bytes()
     assert not (ETC / "demo.yaml").exists()
     assert (Path("/usr/share/doc/sglang-supervisor/examples") / "sim.yaml").is_file()
+    # what OPERATIONS.md points to: the alert rules (with their promtool tests), the dashboard, the guides
+    shipped = Path("/usr/share/sglang-supervisor")
+    for asset in ("prometheus/alerts.yml", "prometheus/alerts.test.yml", "prometheus/scrape.yml",
+                  "grafana/sglang-supervisor.json"):
+        assert (shipped / asset).is_file(), asset
+    for guide in ("OPERATIONS.md", "CONFIG.md", "LOGSCAN.md", "FAULTS.md"):
+        assert (Path("/usr/share/doc/sglang-supervisor") / guide).is_file(), guide
     version = box.run("sglang-supervisor", "--version").stdout
     assert "sglang-supervisor" in version
     assert box.run("sglang-sim", "--help").returncode == 0  # the README's and the docs' simulator
@@ -243,9 +250,12 @@ def test_start_is_activating_while_capturing_and_active_after_the_first_probe(bo
 
 def test_status_text_shows_phase_profile_and_tokens_per_second(box: Sandbox) -> None:
     status = box.prop(UNIT, "StatusText")
-    match = re.fullmatch(r"serving profile=([a-z0-9_.-]+) tok/s=(\d+\.\d)", status)
+    # this unit fell back at its start: STATUS= says from which profile and why
+    match = re.fullmatch(r"serving profile=([a-z0-9_.-]+) \(fallback from ([a-z0-9_.-]+): [a-z_]+\) "
+                         r"tok/s=(\d+\.\d)", status)
     assert match, status
-    assert match.group(1) == "no-prefill-graph" and float(match.group(2)) > 0, status
+    assert match.group(1) == "no-prefill-graph" and match.group(2) != match.group(1), status
+    assert float(match.group(3)) > 0, status
 
 
 def test_journal_holds_structured_events_and_engine_lines_at_their_priorities(box: Sandbox) -> None:

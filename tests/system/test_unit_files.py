@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_unit_carries_the_contract_with_the_supervisor() -> None:
     assert s["KillMode"] == ["mixed"] and s["Restart"] == ["on-failure"]
     assert s["RestartPreventExitStatus"] == ["78"]
     # a broken file fails `systemctl reload` before the running supervisor sees it
-    assert s["ExecReload"] == [f"{EXEC_START} check --config /etc/sglang-supervisor/qwen.yaml",
+    assert s["ExecReload"] == [f"{EXEC_START} check --alone --config /etc/sglang-supervisor/qwen.yaml",
                                "/bin/kill -HUP $MAINPID"]
     assert s["DevicePolicy"] == ["closed"] and s["DeviceAllow"] == ["char-nvidia* rw"]
     assert s["LimitMEMLOCK"] == ["infinity"] and s["User"] == ["sglang"]
@@ -151,6 +152,7 @@ def _sglang_model(tmp_path: Path, *args: str, check: bool = True) -> subprocess.
         "SGLANG_MODEL_CONFIG_DIR": str(tmp_path / "etc"),
         "SGLANG_MODEL_NO_RELOAD": "1",
         "SGLANG_MODEL_EXAMPLES": str(EXAMPLES),
+        "SGLANG_MODEL_SUPERVISOR": f"{sys.executable} -m sglang_supervisor",
     }
     (tmp_path / "units").mkdir(exist_ok=True)
     (tmp_path / "etc").mkdir(exist_ok=True)
@@ -185,9 +187,11 @@ def test_add_without_a_config_starts_from_the_shipped_example_under_the_models_n
     proc = _sglang_model(tmp_path, "add", "llama")
     text = (tmp_path / "etc/llama.yaml").read_text()
     example = (EXAMPLES / "qwen.yaml").read_text()
-    assert text == example.replace("\nname: qwen\n", "\nname: llama\n") and text != example
+    # alone on the host it keeps the example's ports, but the engine log is always its own
+    assert text == example.replace("\nname: qwen\n", "\nname: llama\n").replace(
+        "/qwen-engine.log", "/llama-engine.log") and text != example
     assert "  - name: tuned" in text  # profile names are not the model's name
-    assert "check engine.model_path, engine.port" in proc.stderr
+    assert "check engine.model_path and engine.env.CUDA_VISIBLE_DEVICES" in proc.stderr
     assert (tmp_path / "units/sglang-llama.service").is_file()
     kept = _sglang_model(tmp_path, "add", "llama", "--from", str(EXAMPLES / "sim.yaml"))
     assert (tmp_path / "etc/llama.yaml").read_text() == text  # an existing configuration is never overwritten
@@ -205,3 +209,17 @@ def test_add_copies_a_starting_config_and_refuses_bad_names_and_foreign_units(tm
     (tmp_path / "etc/mine.yaml").write_text("name: mine\n")
     foreign = _sglang_model(tmp_path, "add", "mine", check=False)
     assert foreign.returncode != 0 and "not made by sglang-model" in foreign.stderr
+
+
+def test_add_picks_ports_and_a_log_file_no_other_model_claims(tmp_path: Path) -> None:
+    _sglang_model(tmp_path, "add", "qwen")
+    proc = _sglang_model(tmp_path, "add", "llama", "--from", str(tmp_path / "etc/qwen.yaml"))
+    text = (tmp_path / "etc/llama.yaml").read_text()
+    assert "\n  port: 30001\n" in text and '\n  address: "127.0.0.1:9401"\n' in text
+    assert "\n  log_file: /var/log/sglang-supervisor/llama-engine.log\n" in text
+    assert "set engine.port: 30001 (was 30000" in proc.stderr
+    # what it cannot pick, the GPUs, is named with both models
+    assert "still to fix: engine.env.CUDA_VISIBLE_DEVICES" in proc.stderr and "'qwen'" in proc.stderr
+    third = _sglang_model(tmp_path, "add", "mistral", "--from", str(tmp_path / "etc/qwen.yaml"))
+    assert "set engine.port: 30002" in third.stderr
+    assert '\n  address: "127.0.0.1:9402"\n' in (tmp_path / "etc/mistral.yaml").read_text()

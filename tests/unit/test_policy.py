@@ -846,3 +846,24 @@ def test_log_on_stdout_is_a_configuration_problem_not_a_hang(timer: str) -> None
     acts = d.exit_engine(-9, we_stopped=True)
     assert not of(acts, MarkBad) and not of(acts, Launch)
     assert of(acts, Exit) == [Exit(ExitCode.CONFIG, "SGLang's log goes to stdout")]
+
+
+
+def test_status_names_the_fallback_and_why_while_serving_below_the_best_profile() -> None:
+    d = Driver()
+    d.start()
+    d.feed(CaptureBegan(2, "TP0", "target", "decode", "full"))
+    d.feed(TimerFired(STALL_TIMER))
+    d.relaunched(d.exit_engine(-9, we_stopped=True))
+    assert "fallback" not in d.lc.status_text()  # only once it serves
+    d.to_ready(tok_s=40.0)
+    assert d.lc.status_text() == "serving profile=no-prefill-graph (fallback from primary: hang) tok/s=40.0"
+    # a later run that skips the best profile as known bad says so too; the best itself says nothing
+    skipped = Driver(known_bad={"primary": "capture_oom"})
+    skipped.start()
+    skipped.to_ready()
+    assert "(fallback from primary: capture_oom)" in skipped.lc.status_text()
+    best = Driver()
+    best.start()
+    best.to_ready()
+    assert "fallback" not in best.lc.status_text()

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from sglang_supervisor.shell.fleet import GatewayMetrics
 from sglang_supervisor.shell.gpu import GpuInfo, GpuProcess
 from sglang_supervisor.shell.metrics import GpuCollector, SupervisorMetrics
 from tiers import apt_fix, require
@@ -33,6 +34,7 @@ def our_metric_names() -> set[str]:
     m.restart("x")
     m.start_attempt("p", "ready")
     m.capture_seconds("target_decode", 1.0)
+    GatewayMetrics(m.registry)  # present with gateway.url set
     return {s.name for fam in text_string_to_metric_families(m.exposition().decode()) for s in fam.samples}
 
 

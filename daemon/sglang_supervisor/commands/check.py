@@ -70,6 +70,16 @@ def _secret_problems(config: Config) -> list[ConfigProblem]:
     return problems
 
 
+def _host_clashes(config: Config, path: str, warnings: list[ConfigProblem]) -> list[ConfigProblem]:
+    """Other models on the host: refuse a configuration whose start would wait 20 minutes on
+    port_in_use or share a log, state file or GPUs (core/hostclash.py)."""
+    from sglang_supervisor.commands.hostmodels import host_problems  # noqa: PLC0415
+
+    clashes, notes = host_problems(config, path)
+    warnings += [ConfigProblem("", note, "check that file on its own") for note in notes]
+    return clashes
+
+
 def main(args: argparse.Namespace) -> int:
     warnings: list[ConfigProblem] = []
     rendered: list[RenderedCommand] = []
@@ -89,6 +99,8 @@ def main(args: argparse.Namespace) -> int:
             problems += config_problems(config, rc, version)
         if not problems:
             problems += _secret_problems(config)
+        if not args.alone:
+            problems += _host_clashes(config, args.config, warnings)
         if problems:
             raise ConfigError(problems, args.config)
     except ConfigError as exc:

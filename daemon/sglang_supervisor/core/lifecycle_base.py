@@ -129,11 +129,26 @@ class LifecycleBase:
         parts = [self.phase.value]
         if self.profile:
             parts.append(f"profile={self.profile}")
+            note = self._fallback_note() if self.phase in UP_PHASES else None
+            if note:
+                parts.append(note)
         if self.tok_s is not None:
             parts.append(f"tok/s={self.tok_s:.1f}")
         if self.cur.expected and self.phase == Phase.CAPTURING_GRAPHS:
             parts.append(f"graphs={self.cur.captures_done()}/{len(self.cur.expected)}")
         return " ".join(parts)
+
+    def _fallback_note(self) -> str | None:
+        """`(fallback from tuned: capture_oom)` while serving below the ladder's best profile:
+        `systemctl status` alone tells a fallback from the intended profile, and why."""
+        best = self.settings.profiles[0] if self.settings.profiles else None
+        if best is None or self.profile == best:
+            return None
+        cause = next((a.failure_class.value for a in reversed(self.attempts)
+                      if a.profile == best and a.failure_class is not None), None)
+        if cause is None:
+            cause = self._skipped.get(best)  # known bad from an earlier run, in its back-off
+        return f"(fallback from {best}: {cause})" if cause else f"(fallback from {best})"
 
     # -- steps ----------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from sglang_supervisor.core.events import (
 )
 from sglang_supervisor.core.logmux import LineMux
 from sglang_supervisor.core.secretforms import expand
+from sglang_supervisor.core.usagefold import USAGE_PREFIX, UsageFold
 from sglang_supervisor.engine.patterns import looks_like_own_log
 from sglang_supervisor.shell.batchqueue import BatchQueue
 
@@ -393,6 +394,7 @@ class EngineLogPump:
         # nothing we parse (its log was sent to stdout); told once (LogOnStdout)
         self._stderr_spoke = False
         self._told_log_on_stdout = False
+        self._usage = UsageFold()  # SGLang's usage text reaches the journal folded (core/usagefold.py)
         self._held: list[EngineEvent] = []  # passive events not handed to the loop yet
         self._holding = False  # output (with or without events) the loop has not heard of
         self._last_hand_over = -HAND_OVER_EVERY_S
@@ -504,6 +506,10 @@ class EngineLogPump:
             events = self._parse(lines, len(data), st.parsed)
             if final and st.parsed:  # a traceback block still open at EOF is closed (and classified) now
                 events += self._parser.finish()
+                if self._forwarding and self._usage.folding:
+                    note = [(text, PRIORITY_INFO, None) for text in self._usage.end()]
+                    if note:
+                        self.stats.forward_dropped += self._queue.put(note, 0)
             self.stats.events += len(events)
             if raw or events:
                 self._note_output(events)
@@ -541,6 +547,7 @@ class EngineLogPump:
             return events
         batch: list[ForwardLine] = []
         append = batch.append
+        fold = self._usage
         try:
             for line in lines:
                 line_events = feed_line(line)
@@ -548,8 +555,13 @@ class EngineLogPump:
                     # Most output (access lines, progress text, warnings SGLang lets through) has
                     # no event: plain info, no rank, no lookups.
                     if line and not line.isspace():
+                        if fold.folding or line.startswith(USAGE_PREFIX):
+                            batch += [(text, PRIORITY_INFO, None) for text in fold.take(line)]
+                            continue
                         append((line, PRIORITY_INFO, None))
                     continue
+                if fold.folding:
+                    batch += [(text, PRIORITY_INFO, None) for text in fold.end()]
                 events += line_events
                 if not line or line.isspace():
                     continue

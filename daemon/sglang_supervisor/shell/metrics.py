@@ -142,6 +142,8 @@ class SupervisorMetrics:
                                 "how long this deployment has served below the ladder's best profile, "
                                 "across restarts (0 at the best)", registry=r)
         self.engine_up = Gauge(f"{NS}_engine_up", "1 while the engine is ready and serving", registry=r)
+        self.code_stale = Gauge(f"{NS}_code_stale", "1 once a package upgrade replaced the installed "
+                                "code under this running daemon (restart it to run the new code)", registry=r)
         self.restarts = Counter(f"{NS}_restarts", "engine restarts", ["reason"], registry=r)
         self.reloads = Counter(f"{NS}_config_reloads",
                                "SIGHUP reloads by result (applied, refused, rolled_back)",

@@ -33,6 +33,7 @@ import httpx
 import structlog
 from typing_extensions import assert_never
 
+from sglang_supervisor import __version__
 from sglang_supervisor.core import wayback
 from sglang_supervisor.core.actions import (
     Action,
@@ -64,6 +65,7 @@ from sglang_supervisor.core.profiles import default_secret_config_path
 from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import remove_secret_config
+from sglang_supervisor.shell.codestamp import code_stamp
 from sglang_supervisor.shell.grouplink import LeaderLink
 from sglang_supervisor.shell.guard import TaskGuard
 from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
@@ -128,6 +130,8 @@ class Supervisor:
         self._internal_failure = False
         self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
         self.below_best_since: float | None = None  # wall clock; persisted per fingerprint
+        self.code_at_start = code_stamp()  # /status's code_stale: an upgrade replaced our files
+        self.metrics.code_stale.set_function(lambda: 0.0 if code_stamp() == self.code_at_start else 1.0)
         self.metrics.below_best.set_function(self._below_best_seconds)
         self.fp = self.fingerprint()
         self.lifecycle = Lifecycle(self.settings(first_run=True))
@@ -210,6 +214,8 @@ class Supervisor:
             "below_best_profile_seconds": round(self._below_best_seconds(), 1),
             "readyz": self.presence.readiness().reason,
             "gateway": self.presence.status(),
+            "supervisor_version": __version__,
+            "code_stale": code_stamp() != self.code_at_start,
         })
         if self.group is not None:
             book = self.group.book

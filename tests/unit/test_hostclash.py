@@ -142,3 +142,26 @@ def test_check_refuses_a_clash_with_another_model_in_the_same_directory(
     assert cli.main(["check", "-c", str(tmp_path / "b.yaml"), "--sglang-version", "0.5.23", "--alone"]) == 0
     (tmp_path / "b.yaml").write_text(cfg("b", port=30001, metrics=9401, env="CUDA_VISIBLE_DEVICES: '2,3'"))
     assert cli.main(["check", "-c", str(tmp_path / "b.yaml"), "--sglang-version", "0.5.23"]) == 0
+
+
+def test_run_names_each_clash_at_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` started outside the unit (no `check` before it) still says what it collides with."""
+    from structlog.testing import capture_logs
+
+    from sglang_supervisor.commands import run
+
+    class Stop(Exception):
+        pass
+
+    def stop(*_a: object) -> None:
+        raise Stop
+
+    (tmp_path / "a.yaml").write_text(cfg("a"))
+    (tmp_path / "b.yaml").write_text(cfg("b"))
+    monkeypatch.setattr(run, "detect_engine_version", lambda _c: "0.5.23")
+    monkeypatch.setattr(run, "prepare", stop)  # what follows the clash report is not this test's
+    with capture_logs() as logs, pytest.raises(Stop):
+        run.load_and_prepare(str(tmp_path / "b.yaml"), "json")
+    clashed = [e for e in logs if e["event"] == "host.clash"]
+    assert {e["key"] for e in clashed} >= {"engine.port", "metrics.address"}
+    assert all("'a'" in e["problem"] and e["fix"] for e in clashed)

@@ -14,6 +14,7 @@ import sys
 
 import structlog
 
+from sglang_supervisor.commands.hostmodels import host_problems
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.group import NODE_RANK_ENV, with_node_rank
@@ -41,6 +42,11 @@ def load_and_prepare(path: str, log_format: LogFormat | None) -> Prepared:
         configure_logging(config.logging.format, background=True)
     for w in warnings:
         log.warning("config.warning", path=w.path or path, problem=w.problem, fix=w.fix)
+    # `check` refuses a clash with another model of this host; `run` names each one at once (the
+    # other model may be stopped for good) rather than wait start_s on port_in_use without a word.
+    clashes, _ = host_problems(config, path)
+    for c in clashes:
+        log.warning("host.clash", path=path, key=c.path, problem=c.problem, fix=c.fix)
     prepared = prepare(config, detect_engine_version(config))
     # check only warns about SGLANG_LOGGING_CONFIG_PATH; run reads the file it will start with
     errors, more = logging_config_problems(

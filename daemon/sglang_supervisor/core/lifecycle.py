@@ -211,7 +211,9 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             self._crashes[profile] = crashes + 1
         match decision:
             case ExitConfig():
-                return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}", now)
+                fix = (f"; fix: {P.FIX_HINTS[failure]}" if failure is FailureClass.ENVIRONMENT
+                       else "")
+                return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}{fix}", now)
             case WaitThenSame():
                 return acts + self._wait_temporary(failure, message, now, profile, engine_said=True)
             case RetrySame(retry=retry, of=of):

@@ -88,6 +88,7 @@ def test_a_flag_sglang_refuses_on_this_gpu_rules_out_the_rungs_passing_it(
     data = config(tmp_path)
     data["engine"]["env"]["SGLANG_SIM_GPU_SM"] = "9.0"
     data["profiles"][1]["args"]["enable-single-batch-overlap"] = True  # no-prefill-graph
+    data["restart"]["derive"] = []  # the written ladder alone (derived: the tests below)
     d = start(daemons, tmp_path, data)
     failed = d.event("engine.failed", profile="tuned")
     assert failed["failure_class"] == "flag_refused"
@@ -98,6 +99,45 @@ def test_a_flag_sglang_refuses_on_this_gpu_rules_out_the_rungs_passing_it(
     assert "not no-prefill-graph, low-mem" in fb["rule"]
     d.event("supervisor.ready")
     assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned", "no-spec"]
+    ready_then_clean_stop(d)
+
+
+def test_a_refused_flag_is_dropped_from_the_same_profile_which_then_serves(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25: SGLang's refusal of --enable-single-batch-overlap on SM90 costs that flag only.
+    The next start is `tuned` minus SBO (`tuned-no-sbo`), with every graph phase of `tuned` (the
+    prefill graph included), not `no-prefill-graph`."""
+    data = config(tmp_path)
+    data["engine"]["env"]["SGLANG_SIM_GPU_SM"] = "9.0"
+    d = start(daemons, tmp_path, data)
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "flag_refused"
+    derived = d.event("profile.derived")
+    assert derived["from_profile"] == "tuned" and derived["to_profile"] == "tuned-no-sbo"
+    assert derived["change"] == "drop --enable-single-batch-overlap"
+    assert "Please try removing --enable-single-batch-overlap argument" in derived["asked_by"]
+    assert d.event("supervisor.ready")["profile"] == "tuned-no-sbo"
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned", "tuned-no-sbo"]
+    graphs = {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
+    assert ("target", "prefill") in graphs  # the prefill graph `no-prefill-graph` gives up
+    ready_then_clean_stop(d)
+
+
+def test_a_capture_oom_halves_the_decode_graphs_max_batch_size_and_keeps_the_graphs(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25: a decode graph capture that OOMs at max batch 32 (the simulator's fault, only
+    with that value on the command line) is answered with max batch 16 on the same profile,
+    decode graphs still on, instead of `low-mem`."""
+    data = config(tmp_path, "capture-fail:verify:oom+when=--cuda-graph-max-bs-decode=32")
+    data["profiles"][0]["args"]["cuda-graph-max-bs-decode"] = 32
+    d = start(daemons, tmp_path, data)
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "capture_oom"
+    derived = d.event("profile.derived")
+    assert derived["to_profile"] == "tuned-graph-bs-16"
+    assert derived["change"] == "--cuda-graph-max-bs-decode 32 -> 16"
+    ready = d.event("supervisor.ready")
+    assert ready["profile"] == "tuned-graph-bs-16"
+    graphs = {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
+    assert ("target", "verify") in graphs
     ready_then_clean_stop(d)
 
 

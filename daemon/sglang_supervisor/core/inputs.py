@@ -47,6 +47,11 @@ class Settings:
     # The options each profile's command line sets (engine/argv.options_set): after SGLang refuses
     # a flag on this machine, the profiles that pass it too are not tried.
     profile_flags: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Derived profiles (core/derive.py): each profile's effective flags (names without --), the
+    # failure classes that derive, and the most derived steps per written rung (0: off).
+    profile_args: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    derive_on: frozenset[str] = frozenset()
+    derived_steps: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, effective_overlay
 from sglang_supervisor.core.inputs import Settings
 from sglang_supervisor.core.liveness import failure_grace_s
 from sglang_supervisor.core.profiles import (
@@ -99,6 +99,9 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         failure_grace_s=failure_grace_s(t.stall_s),
         temporary_wait_s=config.restart.temporary_wait_s,
         profile_flags={name: options_set(r.argv) for name, r in (renders or {}).items()},
+        profile_args={name: effective_overlay(config, name)[0] for name in config.profile_names},
+        derive_on=frozenset(config.restart.derive),
+        derived_steps=config.restart.derived_steps,
     )
 
 

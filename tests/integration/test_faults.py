@@ -120,6 +120,12 @@ def test_a_refused_flag_is_dropped_from_the_same_profile_which_then_serves(
     graphs = {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
     assert ("target", "prefill") in graphs  # the prefill graph `no-prefill-graph` gives up
     ready_then_clean_stop(d)
+    # Remembered: the next start goes straight to the derived profile, no failed start first.
+    again = start(daemons, tmp_path, data)
+    assert again.event("supervisor.ready")["profile"] == "tuned-no-sbo"
+    assert [e["profile"] for e in again.named("engine.spawned")] == ["tuned-no-sbo"]
+    assert again.named("engine.failed") == []
+    ready_then_clean_stop(again)
 
 
 def test_a_capture_oom_halves_the_decode_graphs_max_batch_size_and_keeps_the_graphs(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import EngineEvent
 from sglang_supervisor.core.readiness import CaptureKey
 
@@ -52,6 +53,8 @@ class Settings:
     profile_args: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     derive_on: frozenset[str] = frozenset()
     derived_steps: int = 0
+    # Derived profiles that served on this machine before (in `profiles`, after their base).
+    derived: Mapping[str, Derivation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ class LifecycleBase:
         self._probation: str | None = None  # the profile on probation, until READY or failure
         self._failed: set[str] = set()  # profiles that failed in this run
         self._crashes: dict[str, int] = {}  # crash-after-ready count per profile
-        self._derived: dict[str, Derivation] = {}  # derived profiles of this run, by name
+        # Derived profiles of this run (and remembered ones), by name.
+        self._derived: dict[str, Derivation] = dict(settings.derived)
         self._phase_since = 0.0
         self._tok_status_at = float("-inf")  # when STATUS= last showed a fresh tok/s
         # Waiting for a temporary condition: (class, detail, profile to relaunch or None for the

@@ -147,6 +147,22 @@ def test_a_capture_oom_halves_the_decode_graphs_max_batch_size_and_keeps_the_gra
     ready_then_clean_stop(d)
 
 
+def test_a_missing_build_tool_exits_78_with_the_fix_and_blames_no_profile(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25 item 4: the JIT kernel build inside the first capture finds no ninja (torch's own
+    text). No rung is tried after it and nothing is marked bad: the host needs the tool."""
+    d = start(daemons, tmp_path, config(tmp_path, "capture-fail:verify:no-ninja"))
+    assert d.exit_code() == 78
+    failed = d.event("engine.failed", profile="tuned")
+    assert failed["failure_class"] == "environment"
+    assert "pip install ninja" in d.event("supervisor.exit")["reason"]
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned"]
+    assert d.named("profile.fallback") == [] and d.named("profile.derived") == []
+    # Nothing was remembered against a profile: no state file was even written.
+    states = [json.loads(p.read_text()) for p in (tmp_path / "state").rglob("*.json")]
+    assert all(fs["bad"] == {} for st in states for fs in st["fingerprints"].values())
+
+
 def test_hang_during_weight_load_is_detected_and_falls_back(daemons: list[Daemon], tmp_path: Path) -> None:
     d = start(daemons, tmp_path, config(tmp_path, "hang:load", stall_s=4))
     hang = d.event("engine.hang")

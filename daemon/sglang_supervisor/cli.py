@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the last good one): climb the ladder from its first profile")
 
     p = sub.add_parser(
-        "forget", help="clear one model's memory of failed profiles: the next start tries them again",
+        "forget", help="clear one model's memory of failed profiles (and of the derived profiles "
+        "that served): the next start tries them again",
         epilog="exit status: 0 done (or nothing to forget), 2 no such profile, 78 configuration "
         "error, 1 the state file cannot be written (run as root or the service user)")
     _add_config(p)

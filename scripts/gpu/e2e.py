@@ -1025,6 +1025,8 @@ class E2E:
                                    for _, d in sup.named("engine.failed")]
             numbers["fallbacks"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "failure_class", "rule")}
                                     for _, d in sup.named("profile.fallback")]
+            numbers["derived"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "change", "asked_by")}
+                                  for _, d in sup.named("profile.derived")]
             numbers["captures_supervisor"] = [
                 f"{d.get('profile')}: {d.get('owner')} {d.get('graph')} {d.get('seconds')} s"
                 for _, d in sup.named("engine.capture_end")]

@@ -88,6 +88,7 @@ def test_a_flag_sglang_refuses_on_this_gpu_rules_out_the_rungs_passing_it(
     data = config(tmp_path)
     data["engine"]["env"]["SGLANG_SIM_GPU_SM"] = "9.0"
     data["profiles"][1]["args"]["enable-single-batch-overlap"] = True  # no-prefill-graph
+    data["restart"]["derive"] = []  # the written ladder alone (derived: the tests below)
     d = start(daemons, tmp_path, data)
     failed = d.event("engine.failed", profile="tuned")
     assert failed["failure_class"] == "flag_refused"
@@ -99,6 +100,67 @@ def test_a_flag_sglang_refuses_on_this_gpu_rules_out_the_rungs_passing_it(
     d.event("supervisor.ready")
     assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned", "no-spec"]
     ready_then_clean_stop(d)
+
+
+def test_a_refused_flag_is_dropped_from_the_same_profile_which_then_serves(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25: SGLang's refusal of --enable-single-batch-overlap on SM90 costs that flag only.
+    The next start is `tuned` minus SBO (`tuned-no-sbo`), with every graph phase of `tuned` (the
+    prefill graph included), not `no-prefill-graph`."""
+    data = config(tmp_path)
+    data["engine"]["env"]["SGLANG_SIM_GPU_SM"] = "9.0"
+    d = start(daemons, tmp_path, data)
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "flag_refused"
+    derived = d.event("profile.derived")
+    assert derived["from_profile"] == "tuned" and derived["to_profile"] == "tuned-no-sbo"
+    assert derived["change"] == "drop --enable-single-batch-overlap"
+    assert "Please try removing --enable-single-batch-overlap argument" in derived["asked_by"]
+    assert d.event("supervisor.ready")["profile"] == "tuned-no-sbo"
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned", "tuned-no-sbo"]
+    graphs = {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
+    assert ("target", "prefill") in graphs  # the prefill graph `no-prefill-graph` gives up
+    ready_then_clean_stop(d)
+    # Remembered: the next start goes straight to the derived profile, no failed start first.
+    again = start(daemons, tmp_path, data)
+    assert again.event("supervisor.ready")["profile"] == "tuned-no-sbo"
+    assert [e["profile"] for e in again.named("engine.spawned")] == ["tuned-no-sbo"]
+    assert again.named("engine.failed") == []
+    ready_then_clean_stop(again)
+
+
+def test_a_capture_oom_halves_the_decode_graphs_max_batch_size_and_keeps_the_graphs(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25: a decode graph capture that OOMs at max batch 32 (the simulator's fault, only
+    with that value on the command line) is answered with max batch 16 on the same profile,
+    decode graphs still on, instead of `low-mem`."""
+    data = config(tmp_path, "capture-fail:verify:oom+when=--cuda-graph-max-bs-decode=32")
+    data["profiles"][0]["args"]["cuda-graph-max-bs-decode"] = 32
+    d = start(daemons, tmp_path, data)
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "capture_oom"
+    derived = d.event("profile.derived")
+    assert derived["to_profile"] == "tuned-graph-bs-16"
+    assert derived["change"] == "--cuda-graph-max-bs-decode 32 -> 16"
+    ready = d.event("supervisor.ready")
+    assert ready["profile"] == "tuned-graph-bs-16"
+    graphs = {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
+    assert ("target", "verify") in graphs
+    ready_then_clean_stop(d)
+
+
+def test_a_missing_build_tool_exits_78_with_the_fix_and_blames_no_profile(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25 item 4: the JIT kernel build inside the first capture finds no ninja (torch's own
+    text). No rung is tried after it and nothing is marked bad: the host needs the tool."""
+    d = start(daemons, tmp_path, config(tmp_path, "capture-fail:verify:no-ninja"))
+    assert d.exit_code() == 78
+    failed = d.event("engine.failed", profile="tuned")
+    assert failed["failure_class"] == "environment"
+    assert "pip install ninja" in d.event("supervisor.exit")["reason"]
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned"]
+    assert d.named("profile.fallback") == [] and d.named("profile.derived") == []
+    # Nothing was remembered against a profile: no state file was even written.
+    states = [json.loads(p.read_text()) for p in (tmp_path / "state").rglob("*.json")]
+    assert all(fs["bad"] == {} for st in states for fs in st["fingerprints"].values())
 
 
 def test_hang_during_weight_load_is_detected_and_falls_back(daemons: list[Daemon], tmp_path: Path) -> None:

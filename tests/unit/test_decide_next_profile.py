@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_supervisor.core.actions import Exit, Launch, Log
+from sglang_supervisor.core.actions import Exit, Launch, Log, MarkBad
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import EngineFailed, FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -68,6 +68,7 @@ BEFORE_READY: dict[FailureClass, NextProfile] = {
     FC.WEDGED: FallBack("no-prefill-graph", "next"),
     FC.PORT_IN_USE: WaitThenSame(),  # 75 only when it does not clear in time
     FC.GPU_BUSY: WaitThenSame(),
+    FC.ENVIRONMENT: ExitConfig(),  # 78 with the fix: the host lacks a tool, no profile can help
     FC.OTHER: FallBack("no-prefill-graph", "next"),
 }
 
@@ -205,6 +206,7 @@ def test_the_lifecycle_reads_the_refused_flag_from_sglangs_line_and_skips_its_ru
         (FC.WATCHDOG_TIMEOUT, {"default": "stop"}, ExitCode.ALL_PROFILES_FAILED),  # 69
         (FC.PORT_IN_USE, RULES, ExitCode.TEMPORARY),  # 75 (temporary_wait_s 0: at once)
         (FC.CAPTURE_OOM, RULES, None),  # a fallback: no exit
+        (FC.ENVIRONMENT, RULES, ExitCode.CONFIG),  # 78: install the tool, nothing else helps
     ],
 )
 def test_the_lifecycle_exits_as_decided(failure: FailureClass, rules: dict[str, str],
@@ -236,6 +238,9 @@ CORROBORATION_ROWS = [
      FC.FLAG_REFUSED, -9, False, False, True),
     ("a refused-flag line after READY explains nothing (it would rule out rungs)",
      FC.FLAG_REFUSED, -9, True, False, False),
+    ("a missing build tool before READY counts", FC.ENVIRONMENT, -9, False, False, True),
+    ("a missing-build-tool line after READY explains nothing (it would exit 78)",
+     FC.ENVIRONMENT, -9, True, False, False),
     ("a capture OOM counts whatever the exit", FC.CAPTURE_OOM, -9, False, False, True),
     ("a CUDA error after READY counts (it is a crash)", FC.CUDA_ERROR, -6, True, False, True),
 ]
@@ -278,3 +283,17 @@ def test_ladder(case: str, last_good: str | None, probation: str | None, known_b
                  retry_known_bad=retry)
     assert ladder_order(s) == order
     assert skipped_known_bad(s) == skipped
+
+
+def test_an_environment_failure_exits_78_and_blames_no_profile() -> None:
+    """torch's real text when a JIT build finds no ninja: exit 78 with the fix, no profile marked
+    bad, no other rung started (every rung would fail the same way)."""
+    real = "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)"
+    lc = Lifecycle(Settings(profiles=ORDER, remediation=RULES))
+    launch = next(a for a in lc.handle(Start(), 0.0) if isinstance(a, Launch))
+    lc.handle(Launched(launch.attempt, 42, frozenset()), 1.0)
+    lc.handle(EngineFailed(7, "TP0", FC.ENVIRONMENT, real), 2.0)
+    acts = lc.handle(EngineExited(launch.attempt, -9, False), 3.0)
+    [exit_] = [a for a in acts if isinstance(a, Exit)]
+    assert exit_.code == ExitCode.CONFIG and "pip install ninja" in exit_.reason
+    assert [a for a in acts if isinstance(a, MarkBad | Launch)] == []

@@ -264,6 +264,15 @@ def test_wrapped_line_is_joined() -> None:
         (["[12:00:00 TP0] Piecewise CUDA Graph failed with error: boom. add --disable-piecewise-cuda-graph"],
          FailureClass.PREFILL_GRAPH_FAILED),
         (["[2026-05-01 12:00:00] Unknown speculative algorithm name: MTP"], FailureClass.UNKNOWN_FLAG),
+        # A JIT kernel build without its tool (torch.utils.cpp_extension's own text) inside a
+        # capture: the environment, not a capture failure of the profile.
+        (["[2026-05-01 12:00:00 TP0] Capture target decode CUDA graph begin. backend=full, avail mem=9 GB",
+          "[2026-05-01 12:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+          '  File "cpp_extension.py", line 2000, in verify_ninja_availability',
+          "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)"],
+         FailureClass.ENVIRONMENT),
+        (["[2026-05-01 12:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+          "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"], FailureClass.ENVIRONMENT),
         (["[2026-05-01 12:00:00] server_args={}", "Traceback (most recent call last):",
           "ValueError: something odd"], FailureClass.OTHER),
     ],

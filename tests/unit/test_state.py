@@ -381,3 +381,25 @@ def test_root_writes_keep_the_service_users_ownership(tmp_path: Path) -> None:
     for name in ("qwen.state.json", "qwen.state.json.lock"):
         st = (tmp_path / name).stat()
         assert (st.st_uid, st.st_gid) == (4242, 4343), name
+
+
+def test_a_derived_profile_that_served_is_remembered_and_forgotten_with_its_base(tmp_path: Path) -> None:
+    """Issue 25: the derived profile that reached READY survives a restart (the file), with the
+    change that made it; `forget` (all, or its base, or itself) clears it."""
+    from sglang_supervisor.core.derive import Derivation
+    from sglang_supervisor.shell.state import StateStore
+
+    d = Derivation("tuned-no-sbo", "tuned", ("enable-single-batch-overlap",), {"cuda-graph-max-bs": 16},
+                   2, "drop --enable-single-batch-overlap", "ValueError: SBO ... Please try removing")
+    for forget_what in (None, "tuned", "tuned-no-sbo"):
+        store = StateStore(tmp_path / str(forget_what), "qwen")
+        store.mark_serving("fp", "tuned-no-sbo", 10.0, below_best=True, derived=d)
+        fs = StateStore(tmp_path / str(forget_what), "qwen").fingerprint_state("fp")
+        assert fs.derived == {"tuned-no-sbo": d} and fs.last_good is not None
+        assert store.forget(forget_what) >= 1
+        fs = StateStore(tmp_path / str(forget_what), "qwen").fingerprint_state("fp")
+        assert fs.derived == {} and fs.last_good is None
+    other = StateStore(tmp_path / "other", "qwen")
+    other.mark_serving("fp", "tuned-no-sbo", 10.0, below_best=True, derived=d)
+    other.forget("low-mem")  # another profile: the derived one stays
+    assert StateStore(tmp_path / "other", "qwen").fingerprint_state("fp").derived == {"tuned-no-sbo": d}

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.reasons import StopReason
@@ -27,6 +28,8 @@ class Launch:
     # restarts counter, a FailureClass or RestartCause *value* (a plain string: it becomes a
     # Prometheus label and an exit message).
     restart: str | None = None
+    # A derived profile (core/derive.py): the shell renders it as this overlay on its base.
+    derived: Derivation | None = None
 
 
 @dataclass(frozen=True)

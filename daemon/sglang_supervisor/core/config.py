@@ -354,6 +354,11 @@ class Timeouts(_Strict):
     health_failures: Annotated[int, Field(ge=1, le=1000)] = 3  # failed checks in a row -> wedged
 
 
+DerivableClass = Literal["flag_refused", "capture_oom", "kv_cache_oom"]
+# kv_cache_oom is opt-in: a larger memory fraction leaves less room for graphs and activations.
+DEFAULT_DERIVE: tuple[DerivableClass, ...] = ("flag_refused", "capture_oom")
+
+
 class RestartPolicy(_Strict):
     same_profile_retries: Annotated[int, Field(ge=0, le=100)] = 1  # crash after ready: same profile again
     backoff_s: Annotated[float, Field(ge=0, le=WEEK_S)] = 2.0  # pause before a relaunch
@@ -365,6 +370,10 @@ class RestartPolicy(_Strict):
     # Longer than a third of systemd's StartLimitIntervalSec=1h, so repeated 75s never trip the
     # start limit (StartLimitBurst=4).
     temporary_wait_s: Annotated[float, Field(ge=0, le=WEEK_S, allow_inf_nan=False)] = 1200.0
+    # Derived profiles (core/derive.py): the failure classes answered by the smallest change to
+    # the failed profile before the next written rung, and how many such changes a rung gets.
+    derive: list[DerivableClass] = Field(default_factory=lambda: list(DEFAULT_DERIVE))
+    derived_steps: Annotated[int, Field(ge=0, le=8)] = 2
 
 
 class ProbeSettings(_Strict):

@@ -41,6 +41,9 @@ class FailureClass(str, Enum):
     WEDGED = "wedged"  # alive but not serving: health/probe timeouts (supervisor's own verdict)
     PORT_IN_USE = "port_in_use"  # the engine could not bind its port
     GPU_BUSY = "gpu_busy"  # a foreign process holds the GPU memory we need
+    # The host lacks something every profile needs (a build tool a JIT compile calls, e.g.
+    # ninja): no profile is to blame and no other profile can help
+    ENVIRONMENT = "environment"
     OTHER = "other"
 
 

@@ -33,6 +33,8 @@ REMEDIATION_ACTIONS: tuple[str, ...] = tuple(a.value for a in RemediationAction)
 
 # Exit codes that never go down the ladder: another profile cannot fix them.
 CONFIG_FAILURES = frozenset({FailureClass.UNKNOWN_FLAG})
+# The host, not the profile: exit 78 with the fix, nothing marked bad (no profile can fix it).
+ENVIRONMENT_FAILURES = frozenset({FailureClass.ENVIRONMENT})
 TEMPORARY_FAILURES = frozenset({FailureClass.GPU_BUSY, FailureClass.PORT_IN_USE})
 
 # What the supervisor's own stop says about the engine when it exits without a better witness.
@@ -67,7 +69,8 @@ def corroborated(
     for f in failures:
         if f.failure in CONFIG_FAILURES:
             ok = not after_ready and (returncode == ARGPARSE_EXIT or launching)
-        elif f.failure in (FailureClass.PORT_IN_USE, FailureClass.FLAG_REFUSED):
+        elif f.failure in (FailureClass.PORT_IN_USE, FailureClass.FLAG_REFUSED,
+                           *ENVIRONMENT_FAILURES):
             ok = not after_ready
         else:
             ok = True
@@ -203,7 +206,7 @@ def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: boo
     """What follows `profile` failing with `failure`. `crashes`: how often `profile` crashed
     after READY in this run before this failure. `refused_flag`: the flag SGLang named in a
     `flag_refused` failure."""
-    if failure in CONFIG_FAILURES:
+    if failure in CONFIG_FAILURES or (failure in ENVIRONMENT_FAILURES and not after_ready):
         return ExitConfig()
     if failure in TEMPORARY_FAILURES:
         return WaitThenSame()

@@ -29,6 +29,7 @@ ARGPARSE_EXIT = 2
 FAILURE_RANK: dict[FailureClass, int] = {
     FailureClass.UNKNOWN_FLAG: 0,
     FailureClass.FLAG_REFUSED: 0,
+    FailureClass.ENVIRONMENT: 0,
     FailureClass.PORT_IN_USE: 0,
     FailureClass.KV_CACHE_OOM: 0,
     FailureClass.PREFILL_GRAPH_FAILED: 0,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import EngineEvent
 from sglang_supervisor.core.readiness import CaptureKey
 
@@ -47,6 +48,13 @@ class Settings:
     # The options each profile's command line sets (engine/argv.options_set): after SGLang refuses
     # a flag on this machine, the profiles that pass it too are not tried.
     profile_flags: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Derived profiles (core/derive.py): each profile's effective flags (names without --), the
+    # failure classes that derive, and the most derived steps per written rung (0: off).
+    profile_args: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    derive_on: frozenset[str] = frozenset()
+    derived_steps: int = 0
+    # Derived profiles that served on this machine before (in `profiles`, after their base).
+    derived: Mapping[str, Derivation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from sglang_supervisor.core.actions import (
     NotifyStopping,
     RollBack,
 )
+from sglang_supervisor.core.derive import derive
 from sglang_supervisor.core.events import EngineEvent, FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import (
@@ -223,8 +224,16 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             fields["hint"] = (f"SGLang refuses {refused_flag} on this machine: remove it from "
                               f"profile {profile}")
         acts: list[Action] = [Log("engine.failed", "error", fields)]
+        if not after_ready and self._rollback is None:  # a failed reload rolls back, never derives
+            derived = self._derive(failure, profile, message, refused_flag, acts, now=now,
+                                   reported_by=reported_by)
+            if derived is not None:
+                return derived
         crashes = self._crashes.get(profile, 0)
-        decision = decide_next_profile(failure, profile, after_ready=after_ready, crashes=crashes,
+        # A derived profile fails over as its written rung would: to the rung after its base.
+        parent = self._derived.get(profile)
+        rung = parent.base if parent is not None else profile
+        decision = decide_next_profile(failure, rung, after_ready=after_ready, crashes=crashes,
                                        ladder=self._ladder(), refused_flag=refused_flag)
         if self._rollback is not None and not isinstance(decision, RetrySame | WaitThenSame):
             # The reloaded command failed before READY (refused, capture, hang, never ready):
@@ -234,7 +243,9 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             self._crashes[profile] = crashes + 1
         match decision:
             case ExitConfig():
-                return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}", now)
+                fix = (f"; fix: {P.FIX_HINTS[failure]}" if failure is FailureClass.ENVIRONMENT
+                       else "")
+                return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}{fix}", now)
             case WaitThenSame():
                 return acts + self._wait_temporary(failure, message, now, profile, engine_said=True)
             case RetrySame(retry=retry, of=of):
@@ -285,6 +296,36 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         acts += self._set_phase(Phase.RESTARTING, now)
         return acts + self._launch(profile, "rollback after a failed reload", now,
                                    settings.backoff_s, RestartCause.ROLLBACK.value)
+
+    def _derive(self, failure: FailureClass, profile: str, message: str, refused_flag: str | None,
+                acts: list[Action], *, now: float,
+                reported_by: int | None = None) -> list[Action] | None:
+        """The smallest change to `profile` that answers `failure` (core/derive.py), launched
+        before the next written rung; None when no rule applies, it is off or its bound is
+        reached, or that derived profile already failed in this run."""
+        s = self.settings
+        if failure.value not in s.derive_on:
+            return None
+        parent = self._derived.get(profile)
+        base = parent.base if parent is not None else profile
+        args = dict(s.profile_args.get(base, {}))
+        if parent is not None:
+            for flag in parent.remove:
+                args.pop(flag, None)
+            args.update(parent.args)
+        d = derive(failure, profile, args, message=message, refused_flag=refused_flag,
+                   parent=parent, steps=s.derived_steps)
+        if d is None or d.name in self._failed or d.name in s.profiles:
+            return None
+        self._gave_up_on(profile, failure, acts, reported_by)
+        self._derived[d.name] = d
+        acts.append(Log("profile.derived", "warning", {
+            "from_profile": profile, "to_profile": d.name, "base": d.base,
+            "failure_class": failure.value, "change": d.change, "asked_by": d.asked_by,
+            "step": d.steps, "of": s.derived_steps}))
+        acts += self._set_phase(Phase.RESTARTING, now)
+        return acts + self._launch(d.name, f"derived after {failure.value}: {d.change}", now,
+                                   s.backoff_s, failure.value)
 
     def _gave_up_on(self, profile: str, failure: FailureClass, acts: list[Action],
                     reported_by: int | None = None) -> None:

@@ -19,6 +19,7 @@ from sglang_supervisor.core.actions import (
     StopEngine,
 )
 from sglang_supervisor.core.attempt import Attempt, AttemptRecord
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import ladder_order, skipped_known_bad
@@ -58,6 +59,8 @@ class LifecycleBase:
         self._probation: str | None = None  # the profile on probation, until READY or failure
         self._failed: set[str] = set()  # profiles that failed in this run
         self._crashes: dict[str, int] = {}  # crash-after-ready count per profile
+        # Derived profiles of this run (and remembered ones), by name.
+        self._derived: dict[str, Derivation] = dict(settings.derived)
         self._phase_since = 0.0
         self._tok_status_at = float("-inf")  # when STATUS= last showed a fresh tok/s
         # Waiting for a temporary condition: (class, detail, profile to relaunch or None for the
@@ -106,6 +109,7 @@ class LifecycleBase:
             "captures_ended": self.cur.captures_done(),
             "failed_profiles": sorted(self._failed),
             "skipped_known_bad": dict(self._skipped),
+            "derived_profiles": {n: d.to_json() for n, d in self._derived.items()},
             "waiting_for": ({"failure_class": self._waiting[0].value, "detail": self._waiting[1]}
                             if self._waiting is not None else None),
             "attempts": [
@@ -192,6 +196,7 @@ class LifecycleBase:
 
     def _launch(self, profile: str, reason: str, now: float, delay_s: float,
                 restart: str | None = None) -> list[Action]:
+        """Launch `profile` (a derived one is sent with its overlay, core/derive.py)."""
         self.cur = Attempt(number=self.cur.number + 1, profile=profile, engine_alive=True)
         self._waiting = None  # a launch (after the wait, or a reload) ends any wait
         self.attempts.append(AttemptRecord(profile, self.attempt, reason, started_at=now))
@@ -199,7 +204,8 @@ class LifecycleBase:
         acts += self._set_phase(Phase.LAUNCHING, now)
         acts.append(Log("engine.launch", "info",
                         {"profile": profile, "attempt": self.attempt, "reason": reason}))
-        acts.append(Launch(profile, self.attempt, reason, delay_s, restart))
+        acts.append(Launch(profile, self.attempt, reason, delay_s, restart,
+                           self._derived.get(profile)))
         acts += launch_timers(stall_s=self.settings.stall_s, start_s=self.settings.start_s,
                               delay_s=delay_s)
         return acts

@@ -21,9 +21,11 @@ from sglang_supervisor.core.config import (
     Config,
     ConfigError,
     ConfigProblem,
+    Profile,
     did_you_mean,
     effective_overlay,
 )
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.group import group_flags
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.engine.sglang import FlagProblem, Migration, migrate_args, migrate_env
@@ -159,6 +161,15 @@ def render(
         problems=[*arg_m.problems, *env_m.warnings],
         secret_config=secret,
     )
+
+
+def with_derived(config: Config, d: Derivation) -> Config:
+    """`config` plus the derived profile `d` as a profile of its own: `d.base` extended by the
+    derived change, so that it renders like any written rung."""
+    profile = Profile(name=d.name, description=f"derived from {d.base}: {d.change}",
+                      extends=d.base, remove=list(d.remove), args=dict(d.args))
+    kept = [p for p in config.profiles if p.name != d.name]
+    return config.model_copy(update={"profiles": [*kept, profile]})
 
 
 def render_all(

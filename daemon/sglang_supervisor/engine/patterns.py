@@ -179,6 +179,12 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     (UNKNOWN_SPEC_ALGORITHM, FailureClass.UNKNOWN_FLAG),
     ("tc_piecewise was removed", FailureClass.UNKNOWN_FLAG),
     (FLAG_REFUSED_KEY, FailureClass.FLAG_REFUSED),
+    # A JIT build (FlashInfer, sgl-kernel, torch extensions) without its build tool: torch's
+    # `verify_ninja_availability` (`RuntimeError: Ninja is required to load C++ extensions`) and
+    # subprocess's text when the tool is not on PATH. No profile change can supply the tool.
+    ("Ninja is required to load C++ extensions", FailureClass.ENVIRONMENT),
+    ("No such file or directory: 'ninja'", FailureClass.ENVIRONMENT),
+    ("No such file or directory: 'nvcc'", FailureClass.ENVIRONMENT),
     # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
     # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
     # torch's TCPStore (`EADDRINUSE`, `errno: 98`) and SGLang's own precheck of its derived ports
@@ -221,6 +227,8 @@ SIGNATURE_GATE = (
     "Unknown",
     "removed",
     "removing",
+    "Ninja",
+    "No such file",
     "Address",
     "address",
     "Errno",
@@ -252,6 +260,8 @@ FIX_HINTS: dict[FailureClass, str] = {
     FailureClass.FLAG_REFUSED: "SGLang refuses the flag it names on this GPU or build: remove it from "
     "the profile (keep a rung without it in the ladder for this machine)",
     FailureClass.PORT_IN_USE: "another process holds the port: stop it or change --port",
+    FailureClass.ENVIRONMENT: "the host lacks a build tool SGLang's JIT kernels need: install it into "
+    "the engine's venv (`pip install ninja`) or put the CUDA toolkit's bin (nvcc) on the unit's PATH",
     FailureClass.PREFILL_GRAPH_FAILED: "use a profile with --cuda-graph-backend-prefill disabled, or lower "
     "--mem-fraction-static / --cuda-graph-max-bs-prefill if it is an OOM",
     FailureClass.CAPTURE_OOM: "lower --mem-fraction-static (e.g. 0.8) or --cuda-graph-max-bs-decode "

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
+from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem, effective_overlay
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.inputs import Settings
 from sglang_supervisor.core.liveness import failure_grace_s
 from sglang_supervisor.core.profiles import (
@@ -83,12 +84,25 @@ def ladder_hash(renders: Mapping[str, RenderedCommand]) -> str:
     return state.command_hash([repr(joined)])
 
 
+def with_remembered(names: Sequence[str], derived: Mapping[str, Derivation]) -> tuple[str, ...]:
+    """The ladder with each remembered derived profile right after its written base (a base no
+    longer configured takes its derived profiles with it)."""
+    out: list[str] = []
+    for name in names:
+        out.append(name)
+        out += [n for n, d in derived.items() if d.base == name and n not in names]
+    return tuple(out)
+
+
 def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping[str, str],
                     retry_known_bad: bool, probation: str | None = None,
-                    renders: Mapping[str, RenderedCommand] | None = None) -> Settings:
+                    renders: Mapping[str, RenderedCommand] | None = None,
+                    derived: Mapping[str, Derivation] | None = None) -> Settings:
     t = config.timeouts
+    remembered = {n: d for n, d in (derived or {}).items() if d.base in config.profile_names}
     return Settings(
-        profiles=tuple(config.profile_names),
+        profiles=with_remembered(config.profile_names, remembered),
+        derived=remembered,
         remediation=dict(config.remediation),
         last_good=last_good,
         known_bad=dict(known_bad),
@@ -102,6 +116,9 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         failure_grace_s=failure_grace_s(t.stall_s),
         temporary_wait_s=config.restart.temporary_wait_s,
         profile_flags={name: options_set(r.argv) for name, r in (renders or {}).items()},
+        profile_args={name: effective_overlay(config, name)[0] for name in config.profile_names},
+        derive_on=frozenset(config.restart.derive),
+        derived_steps=config.restart.derived_steps,
     )
 
 

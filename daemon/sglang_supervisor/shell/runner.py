@@ -24,6 +24,7 @@ import structlog
 from sglang_supervisor.core.actions import Launch, WaitTemporary
 from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import ConfigError
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.group import MemberFailed
 from sglang_supervisor.core.inputs import EngineExited, GpuBusy, Launched, LaunchFailed, TemporaryCleared
@@ -35,7 +36,12 @@ from sglang_supervisor.core.liveness import (
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.phases import UP_PHASES, Phase
-from sglang_supervisor.core.profiles import RenderedCommand, default_secret_config_path, render
+from sglang_supervisor.core.profiles import (
+    RenderedCommand,
+    default_secret_config_path,
+    render,
+    with_derived,
+)
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.sglang import clean_exit_codes
 from sglang_supervisor.shell import gpu
@@ -89,6 +95,7 @@ class EngineRunner:
         self.last_extend = 0.0
         # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
         self.log_spell: tuple[float, int] | None = None
+        self.derived: dict[str, Derivation] = {}  # derived profiles launched in this run
 
     # -- launching ------------------------------------------------------------------------------
 
@@ -104,6 +111,8 @@ class EngineRunner:
                          f"on GPU{f.gpu_index}" for f in foreign)
 
     def start_launch(self, a: Launch) -> None:
+        if a.derived is not None:
+            self.derived[a.profile] = a.derived
         self.launching = asyncio.ensure_future(self.launch(a))
         self.sup.supervise(self.launching)
 
@@ -153,8 +162,10 @@ class EngineRunner:
 
     def render(self, profile: str) -> RenderedCommand:
         rc = self.sup.prep.renders.get(profile)
-        if rc is None:  # a profile added by a reload is rendered on the spot
-            rc = render(self.sup.config, profile, self.sup.prep.version, python=sys.executable,
+        if rc is None:  # a derived profile, or one added by a reload, is rendered on the spot
+            d = self.derived.get(profile)
+            config = with_derived(self.sup.config, d) if d is not None else self.sup.config
+            rc = render(config, profile, self.sup.prep.version, python=sys.executable,
                         secret_config_path=default_secret_config_path(self.sup.config, os.environ),
                         api_key=self.sup.prep.api_key)
         return rc

@@ -36,6 +36,8 @@ from typing import Any
 
 import structlog
 
+from sglang_supervisor.core.derive import Derivation
+
 log = structlog.get_logger("sglang_supervisor.shell.state")
 
 STATE_FILE = "state.json"  # before per-model files: read once to seed a model's own file
@@ -49,6 +51,8 @@ MAX_NAME_CHARS = 256  # profile names, fingerprints, baseline keys, failure clas
 MAX_TIMESTAMP = 1e11  # year 5138: a bigger "when" is corruption, not a date
 MAX_COUNT = 1_000_000
 MAX_BASELINE = 1e9  # tokens/s
+MAX_DERIVED_PER_FINGERPRINT = 16  # derived profiles that served (core/derive.py bounds their steps)
+MAX_DERIVED_ARGS = 16
 KEEP_CORRUPT = 3  # moved-aside files kept for inspection; older ones are deleted
 
 
@@ -115,6 +119,9 @@ class FingerprintState:
     touched: float = 0.0
     # Since when this deployment serves a profile below the best of its ladder (None: at the best).
     below_best_since: float | None = None
+    # Derived profiles (core/derive.py) that reached READY here, by name: the next start can go
+    # straight to one instead of failing its base first.
+    derived: Mapping[str, Derivation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +137,15 @@ def is_fresh(record: BadRecord, now: float, ttl_s: float) -> bool:
     return ttl_s > 0 and abs(now - record.at) < ttl_s
 
 
-def with_good(state: State, fp: str, profile: str, now: float, below_best: bool | None = None) -> State:
-    """`profile` served. `below_best`: it is not the first of the ladder (None: leave as is)."""
+def with_good(state: State, fp: str, profile: str, now: float, below_best: bool | None = None,
+              *, derived: Derivation | None = None) -> State:
+    """`profile` served. `below_best`: it is not the first of the ladder (None: leave as is).
+    `derived`: `profile` is this derived profile, remembered with it."""
     cur = state.fingerprints.get(fp, FingerprintState())
+    if derived is not None:
+        kept = {k: v for k, v in cur.derived.items() if k != derived.name}
+        kept = dict(list(kept.items())[-(MAX_DERIVED_PER_FINGERPRINT - 1):])
+        cur = dataclasses.replace(cur, derived={**kept, derived.name: derived})
     bad = {k: v for k, v in cur.bad.items() if k != profile}  # it works now: no longer bad
     since = cur.below_best_since
     if below_best is not None:
@@ -168,11 +181,17 @@ def without_memory(state: State, profile: str | None = None) -> tuple[State, int
     dropped = 0
     for fp, cur in state.fingerprints.items():
         if profile is None:
-            dropped += len(cur.bad) + (cur.last_good is not None)
-            fps[fp] = dataclasses.replace(cur, bad={}, last_good=None, ranking=None)
+            dropped += len(cur.bad) + (cur.last_good is not None) + len(cur.derived)
+            fps[fp] = dataclasses.replace(cur, bad={}, last_good=None, ranking=None, derived={})
         else:
-            dropped += profile in cur.bad
-            fps[fp] = dataclasses.replace(cur, bad={k: v for k, v in cur.bad.items() if k != profile})
+            # P's derived profiles go with P: they are P with one change.
+            gone = {n for n, d in cur.derived.items() if profile in (n, d.base)}
+            dropped += (profile in cur.bad) + len(gone)
+            last_good = cur.last_good if cur.last_good is None or cur.last_good.profile not in gone \
+                else None
+            fps[fp] = dataclasses.replace(
+                cur, bad={k: v for k, v in cur.bad.items() if k != profile}, last_good=last_good,
+                derived={n: d for n, d in cur.derived.items() if n not in gone})
     return dataclasses.replace(state, fingerprints=fps), dropped
 
 
@@ -212,6 +231,7 @@ def to_json(state: State) -> dict[str, Any]:
                 else {"profiles": list(fs.ranking.profiles), "at": fs.ranking.at},
                 "touched": fs.touched,
                 "below_best_since": fs.below_best_since,
+                "derived": {n: d.to_json() for n, d in fs.derived.items()},
             }
             for fp, fs in state.fingerprints.items()
         },
@@ -258,6 +278,31 @@ def _count(value: object, what: str) -> int:
     return value
 
 
+def _derived(fp: str, raw: object) -> dict[str, Derivation]:
+    out: dict[str, Derivation] = {}
+    for n, value in _opt_obj(raw, f"{fp}.derived").items():
+        where = f"{fp}.derived.{_name(n, f'{fp}.derived key')}"
+        r = _obj(value, where)
+        remove, args = r.get("remove", []), _opt_obj(r.get("args"), f"{where}.args")
+        if not isinstance(remove, list) or len(remove) > MAX_DERIVED_ARGS or len(args) > MAX_DERIVED_ARGS:
+            raise StateFormatError(f"{where}: remove/args are not short")
+        for k, v in args.items():
+            _name(k, f"{where}.args key")
+            if not isinstance(v, str | int | float | bool) or (isinstance(v, float)
+                                                               and not math.isfinite(v)):
+                raise StateFormatError(f"{where}.args.{k} is not a plain value")
+        steps = _count(r.get("steps", 1), f"{where}.steps")
+        text = {k: r.get(k, "") for k in ("change", "asked_by")}
+        if not all(isinstance(t, str) and len(t) <= 1000 for t in text.values()):
+            raise StateFormatError(f"{where}: change/asked_by are not short texts")
+        out[n] = Derivation(n, _name(r.get("base"), f"{where}.base"),
+                            tuple(_name(x, f"{where}.remove entry") for x in remove), dict(args),
+                            steps, str(text["change"]), str(text["asked_by"]))
+    if len(out) > MAX_DERIVED_PER_FINGERPRINT:
+        out = dict(list(out.items())[-MAX_DERIVED_PER_FINGERPRINT:])
+    return out
+
+
 def _fingerprint_state(fp: str, raw: object) -> FingerprintState:
     raw = _obj(raw, f"fingerprint {fp}")
     lg, rk, since = raw.get("last_good"), raw.get("ranking"), raw.get("below_best_since")
@@ -289,6 +334,7 @@ def _fingerprint_state(fp: str, raw: object) -> FingerprintState:
         touched=_number(raw.get("touched", 0.0), f"{fp}.touched", MAX_TIMESTAMP),
         below_best_since=None if since is None
         else _number(since, f"{fp}.below_best_since", MAX_TIMESTAMP),
+        derived=_derived(fp, raw.get("derived")),
     )
 
 
@@ -421,9 +467,11 @@ class StateStore:
     def set_ranking(self, fp: str, ranking: Sequence[str], now: float) -> bool:
         return self._update(lambda s: with_ranking(s, fp, ranking, now))
 
-    def mark_serving(self, fp: str, profile: str, now: float, below_best: bool) -> bool:
-        """`mark_good` for the running supervisor, which also tracks serving below the best."""
-        return self._update(lambda s: with_good(s, fp, profile, now, below_best))
+    def mark_serving(self, fp: str, profile: str, now: float, below_best: bool,
+                     derived: Derivation | None = None) -> bool:
+        """`mark_good` for the running supervisor, which also tracks serving below the best (and
+        remembers a derived profile that served)."""
+        return self._update(lambda s: with_good(s, fp, profile, now, below_best, derived=derived))
 
     def count_internal_error(self) -> bool:
         return self._update(with_internal_error)

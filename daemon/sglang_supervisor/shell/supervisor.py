@@ -81,6 +81,7 @@ from sglang_supervisor.shell.preflight import (
     policy_settings,
     port_taken,
     prepare,
+    with_remembered,
 )
 from sglang_supervisor.shell.presence import Presence
 from sglang_supervisor.shell.reloader import Reloader
@@ -166,7 +167,8 @@ class Supervisor:
         last_good = fs.last_good.profile if fs.last_good is not None else None
         r = self.config.restart
         # Falls back to `tune`'s winner; no probation for what tune measured serving slower.
-        plan = wayback.start_plan(self.config.profile_names, last_good,
+        derived = {n: d for n, d in fs.derived.items() if d.base in self.config.profile_names}
+        plan = wayback.start_plan(with_remembered(self.config.profile_names, derived), last_good,
                                   ranking=fs.ranking.profiles if fs.ranking is not None else None,
                                   bad=fs.bad, now=now,
                                   policy=wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
@@ -174,7 +176,8 @@ class Supervisor:
         return policy_settings(
             self.config, last_good=plan.last_good, known_bad=plan.backoff,
             probation=plan.probation if first_run else None,
-            retry_known_bad=self.opts.retry_known_bad and first_run, renders=self.prep.renders)
+            retry_known_bad=self.opts.retry_known_bad and first_run, renders=self.prep.renders,
+            derived=derived)
 
     def _below_best_seconds(self) -> float:
         """For the metric: how long this deployment has served below the ladder's best profile
@@ -429,7 +432,8 @@ class Supervisor:
 
     def _mark_good(self, a: MarkGood) -> None:
         self.store.mark_serving(self.fp, a.profile, time.time(),
-                                below_best=a.profile != self.config.profile_names[0])
+                                below_best=a.profile != self.config.profile_names[0],
+                                derived=self.runner.derived.get(a.profile))
         self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
         self.metrics.start_attempt(a.profile, "ready")
         if a.seconds is not None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 CAPTURE_PHASES = ("prefill", "decode", "verify", "draft", "draft-prefill", "draft-decode", "draft-extend")
-CAPTURE_MODES = ("oom", "error")
+CAPTURE_MODES = ("oom", "error", "no-ninja")
 HANG_STAGES = ("load", "capture", "serving")
 PORT_RACE_MODES = ("uvicorn", "precheck")
 CRASH_STAGES = ("load", "capture")
@@ -26,8 +26,11 @@ HTTP_MODES = ("hang", "slow", "trickle", "garbage", "deep", "huge", "nonfinite")
 GRAMMAR_HELP = """\
 Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC"):
   SPEC := KIND[:ARG...][@SECONDS][+rank=N][+when=--flag[=value]]
-  capture-fail:PHASE[:oom|:error]  capture of PHASE fails (prefill, decode, verify, draft,
-                                   draft-prefill, draft-decode, draft-extend; default oom)
+  capture-fail:PHASE[:oom|:error|:no-ninja]
+                                   capture of PHASE fails (prefill, decode, verify, draft,
+                                   draft-prefill, draft-decode, draft-extend; default oom);
+                                   no-ninja: the JIT kernel build inside it finds no ninja
+                                   (torch's `Ninja is required to load C++ extensions`)
   kv-oom                           the KV cache pool does not fit (after weight load)
   hang:load | hang:capture         output stops during weight load / capture, process stays
   hang:serving[@S]                 S s after ready the scheduler freezes (/health 503 after 20 s)
@@ -176,7 +179,7 @@ def parse_fault(spec: str) -> Fault:
             raise FaultSpecError(f"fault {spec!r}: expected {usage}")
 
     if kind == "capture-fail":
-        nargs(1, 2, "capture-fail:PHASE[:oom|:error]")
+        nargs(1, 2, "capture-fail:PHASE[:oom|:error|:no-ninja]")
         phase = _one_of(spec, "capture phase", args[0], CAPTURE_PHASES)
         mode = _one_of(spec, "capture failure mode", args[1], CAPTURE_MODES) if len(args) > 1 else "oom"
         return Fault(kind, stage=phase, mode=mode, rank=rank, when=tw, at_s=at_s)

@@ -246,7 +246,14 @@ def _oom(cfg: SimConfig, rank: int, mem: Memory) -> str:
     return OOM_TEXT.format(gpu=rank, total=mem.total * 0.931, used=used, alloc=mem.weights + mem.kv)
 
 
+# torch.utils.cpp_extension.verify_ninja_availability's text: a JIT kernel build (the first
+# capture compiles sglang's kernels) on a host without ninja.
+NO_NINJA_TEXT = "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)"
+
+
 def _capture_failure(cfg: SimConfig, rank: int, mem: Memory, fault: Fault, phase: str) -> list[Step]:
+    if fault.mode == "no-ninja":
+        return _traceback(cfg, rank, NO_NINJA_TEXT, None)
     oom = fault.mode == "oom"
     err = _oom(cfg, rank, mem) if oom else CAPTURE_ERROR_TEXT
     exc = "torch.OutOfMemoryError" if oom else "RuntimeError"

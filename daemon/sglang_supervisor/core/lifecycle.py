@@ -16,13 +16,10 @@ from typing_extensions import assert_never
 from sglang_supervisor.core.actions import (
     Action,
     Log,
-    MarkBad,
     NotifyReady,
     NotifyReloading,
     NotifyStopping,
-    RollBack,
 )
-from sglang_supervisor.core.derive import derive
 from sglang_supervisor.core.events import EngineEvent, FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.failover import (
@@ -61,6 +58,7 @@ from sglang_supervisor.core.inputs import (
     TemporaryCleared,
     TimerFired,
 )
+from sglang_supervisor.core.lifecycle_change import ChangingLifecycle
 from sglang_supervisor.core.lifecycle_serve import ServingLifecycle
 from sglang_supervisor.core.lifecycle_start import StartingLifecycle
 from sglang_supervisor.core.lifecycle_wait import WaitingLifecycle
@@ -72,7 +70,7 @@ from sglang_supervisor.core.wedge import Check
 from sglang_supervisor.engine import patterns as P
 
 
-class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
+class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle, ChangingLifecycle):
     """One supervisor run. Feed `handle(input, now)`; carry out the returned actions in order."""
 
     def handle(self, inp: Input, now: float) -> list[Action]:
@@ -215,15 +213,7 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
         what next (retry, fall back, wait, exit); this carries it out."""
         profile = self.profile or ""
         self._close_attempt(now, Outcome.CRASHED if after_ready else Outcome.FAILED, failure)
-        fields: dict[str, object] = {
-            "profile": profile, "attempt": self.attempt, "failure_class": failure.value,
-            "message": message, "after_ready": after_ready, "seconds": self._seconds(now) or 0.0,
-        }
-        if refused_flag is not None:
-            fields["refused_flag"] = refused_flag
-            fields["hint"] = (f"SGLang refuses {refused_flag} on this machine: remove it from "
-                              f"profile {profile}")
-        acts: list[Action] = [Log("engine.failed", "error", fields)]
+        acts: list[Action] = [self._failed_log(failure, message, now, after_ready, refused_flag)]
         if not after_ready and self._rollback is None:  # a failed reload rolls back, never derives
             derived = self._derive(failure, profile, message, refused_flag, acts, now=now,
                                    reported_by=reported_by)
@@ -271,76 +261,18 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle):
             case _:
                 assert_never(decision)
 
-    def _roll_back(self, failure: FailureClass, message: str, now: float) -> list[Action]:
-        """Back to the profile and settings that served before the reload; the shell puts the
-        previous configuration back on `RollBack` (before the `Launch` that follows it). Nothing
-        is marked bad: the failed command belongs to a configuration that is gone."""
-        assert self._rollback is not None
-        profile, settings = self._rollback
-        self._rollback = None
-        failed = self.profile or ""
-        self.settings = settings
-        self._order = ladder_order(settings)
-        self._skipped = skipped_known_bad(settings)
-        self._failed.clear()
-        self._crashes.clear()
-        self._probation = None
-        acts: list[Action] = [
-            Log("supervisor.reload_rolled_back", "error", {
-                "failed_profile": failed, "failure_class": failure.value, "message": message,
-                "profile": profile,
-                "hint": "the reloaded configuration failed before READY; the previous one serves "
-                        "again. Fix the file (sglang-supervisor check / doctor) and reload"}),
-            RollBack(profile, failure.value, message),
-        ]
-        acts += self._set_phase(Phase.RESTARTING, now)
-        return acts + self._launch(profile, "rollback after a failed reload", now,
-                                   settings.backoff_s, RestartCause.ROLLBACK.value)
-
-    def _derive(self, failure: FailureClass, profile: str, message: str, refused_flag: str | None,
-                acts: list[Action], *, now: float,
-                reported_by: int | None = None) -> list[Action] | None:
-        """The smallest change to `profile` that answers `failure` (core/derive.py), launched
-        before the next written rung; None when no rule applies, it is off or its bound is
-        reached, or that derived profile already failed in this run."""
-        s = self.settings
-        if failure.value not in s.derive_on:
-            return None
-        parent = self._derived.get(profile)
-        base = parent.base if parent is not None else profile
-        args = dict(s.profile_args.get(base, {}))
-        if parent is not None:
-            for flag in parent.remove:
-                args.pop(flag, None)
-            args.update(parent.args)
-        d = derive(failure, profile, args, message=message, refused_flag=refused_flag,
-                   parent=parent, steps=s.derived_steps)
-        if d is None or d.name in self._failed or d.name in s.profiles:
-            return None
-        self._gave_up_on(profile, failure, acts, reported_by)
-        self._derived[d.name] = d
-        acts.append(Log("profile.derived", "warning", {
-            "from_profile": profile, "to_profile": d.name, "base": d.base,
-            "failure_class": failure.value, "change": d.change, "asked_by": d.asked_by,
-            "step": d.steps, "of": s.derived_steps}))
-        acts += self._set_phase(Phase.RESTARTING, now)
-        return acts + self._launch(d.name, f"derived after {failure.value}: {d.change}", now,
-                                   s.backoff_s, failure.value)
-
-    def _gave_up_on(self, profile: str, failure: FailureClass, acts: list[Action],
-                    reported_by: int | None = None) -> None:
-        self._failed.add(profile)
-        self._probation = None
-        if reported_by is None:
-            acts.append(MarkBad(profile, failure))
-            return
-        # Only a peer says so: the group moves on for this run, the state file keeps no blame
-        # (the corroboration rule engine text gets: a claim alone never outlives the run).
-        acts.append(Log("profile.bad_not_remembered", "warning", {
-            "profile": profile, "failure_class": failure.value, "node_rank": reported_by,
-            "hint": f"only node {reported_by} reported {failure.value}; this host's engine showed "
-                    "no such failure, so the profile is skipped for this run but not marked "
-                    "known-bad. Check that node's journal"}))
+    def _failed_log(self, failure: FailureClass, message: str, now: float, after_ready: bool,
+                    refused_flag: str | None) -> Log:
+        profile = self.profile or ""
+        fields: dict[str, object] = {
+            "profile": profile, "attempt": self.attempt, "failure_class": failure.value,
+            "message": message, "after_ready": after_ready, "seconds": self._seconds(now) or 0.0,
+        }
+        if refused_flag is not None:
+            fields["refused_flag"] = refused_flag
+            fields["hint"] = (f"SGLang refuses {refused_flag} on this machine: remove it from "
+                              f"profile {profile}")
+        return Log("engine.failed", "error", fields)
 
     def _ladder(self) -> Ladder:
         return Ladder(order=self._order, remediation=self.settings.remediation,

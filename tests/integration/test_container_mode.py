@@ -125,3 +125,54 @@ def test_pid1_reaps_the_orphans_of_a_killed_launcher_and_drains_on_sigterm(
     assert run.proc.wait(DEADLINE_S) == 0
     assert run.count("engine.stopped") >= 1
     assert run.non_json == []  # no journald, no tty: JSON lines on stdout
+
+
+# The engine as a wrapper: it starts a grandchild that a container's PID 1 adopts at once (a
+# double fork, its own session, re-executed without the engine's tag: the engine's stop neither
+# sees nor kills it; named like SGLang's children), then execs the simulator. The grandchild
+# exits a second after the launcher: during the supervisor's shutdown, after the heartbeat's
+# reaping has ended.
+LINGER_ENGINE = r'''
+import os, sys
+leader = os.getpid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() != 0:
+        os._exit(0)
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_SUPERVISOR_ENGINE_TAG"}
+    os.execve(sys.executable, [sys.executable, "-c", LINGER, str(leader)], env)
+os.execv(sys.executable, [sys.executable, "-m", "sglang_supervisor.simulator", *sys.argv[1:]])
+'''
+LINGER = r'''
+import ctypes, os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+ctypes.CDLL(None).prctl(15, b"sglang::linger", 0, 0, 0)  # PR_SET_NAME
+while os.path.exists(f"/proc/{sys.argv[1]}/stat"):
+    time.sleep(0.05)
+time.sleep(1.0)  # the launcher is gone: exit a little after it, while the supervisor stops
+'''
+
+
+def test_pid1_reaps_the_children_that_die_during_its_shutdown(
+        tmp_path: Path, pid1_runs: list[Pid1]) -> None:
+    require(os.geteuid() == 0 and shutil.which("unshare") is not None,
+            "container mode needs root and unshare(1) for a PID namespace", AS_ROOT)
+    wrapper = tmp_path / "linger_engine.py"
+    wrapper.write_text(LINGER_ENGINE.replace("LINGER,", repr(LINGER) + ","))
+    data = base_config(tmp_path)
+    data["engine"]["command"] = ["{python}", str(wrapper)]
+    data.setdefault("logging", {})["format"] = "json"
+    run = Pid1(tmp_path, data)
+    pid1_runs.append(run)
+    sup = run.supervisor_pid()
+    run.wait("supervisor.ready", lambda: run.count("supervisor.ready") >= 1)
+
+    os.kill(sup, signal.SIGTERM)
+    assert run.proc.wait(DEADLINE_S) == 0
+    events = [r.get("event") for r in run.records]
+    stopped = events.index("engine.stopped")
+    # The grandchild died after the engine's stop, under PID 1: the supervisor waited for it
+    # before exiting, rather than leaving a zombie to the namespace's end.
+    reaped = [r for r in run.records[stopped:] if r.get("event") == "supervisor.reaped"]
+    tail = [(r.get("event"), r.get("names")) for r in run.records[stopped:]]
+    assert any("sglang::linger" in r.get("names", "") for r in reaped), tail

@@ -58,3 +58,35 @@ def test_a_kept_child_is_left_to_its_popen() -> None:
         time.sleep(0.05)
     assert Reaper(True, lambda: {child.pid}).reap() == 0
     assert child.wait(5) == 0  # Popen still gets the real exit status
+
+
+def test_reap_all_takes_every_child_and_waits_for_the_ones_still_dying() -> None:
+    # At the end of the shutdown (PID 1): any session, and it waits for a child that dies later.
+    me = os.getpid()
+    reads = iter([
+        [ProcEntry(10, "Z", me, 1, "sglang::scheduler"), ProcEntry(11, "S", me, 11, "sglang::linger"),
+         ProcEntry(12, "Z", 99, 10, "not ours")],
+        [ProcEntry(11, "Z", me, 11, "sglang::linger")],
+    ])
+    waited: list[int] = []
+    sleeps: list[float] = []
+    r = Reaper(True, set, read=lambda: next(reads), waitpid=lambda p, _f: (waited.append(p), (p, 0))[1],
+               clock=lambda: 0.0, sleep=sleeps.append)
+    assert r.reap_all(5.0) == 2
+    assert waited == [10, 11]
+    assert len(sleeps) == 1
+
+
+def test_reap_all_gives_up_at_its_bound_and_is_a_no_op_unless_pid1() -> None:
+    me = os.getpid()
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    stuck = [ProcEntry(11, "D", me, 11, "sglang::scheduler")]  # never dies (the driver holds it)
+    r = Reaper(True, set, read=lambda: stuck, waitpid=lambda p, _f: (p, 0),
+               clock=lambda: now[0], sleep=sleep)
+    assert r.reap_all(1.0) == 0
+    assert 1.0 <= now[0] < 1.2
+    assert Reaper(False, set, read=lambda: stuck).reap_all(1.0) == 0

@@ -93,6 +93,12 @@ class _Block:
     best: tuple[FailureClass, int, str] | None = None
     last_exception: tuple[int, str] | None = None
     cut_frame: str | None = None  # a `File "..."` line a terminal wrapped before its `, in f`
+    # Opened by `Traceback (most recent call last):` (not a logged error line), and the frames
+    # read: a traceback cut before its exception line (the process killed while printing it, a
+    # paste cut short) is still a failure, placed by its frames.
+    traceback_start: bool = False
+    frames: int = 0
+    after_frame: bool = False  # the line before was a `File "..."` line: this one is its source
 
 
 @dataclass
@@ -274,6 +280,7 @@ class LogParser:
             self._block = _Block(line_no, rank,
                                  scheduler=msg.startswith(P.SCHEDULER_EXCEPTION) or tp_exception,
                                  request=self._request_error_at == line_no - 1)
+            self._block.traceback_start = msg.startswith(P.TRACEBACK_START)
             self._scan_block_line(msg, line_no)
             return [*closed, TracebackLine(line_no, rank, self._redact(msg))]
         if P.EXCEPTION_LINE.match(msg):
@@ -394,7 +401,15 @@ class LogParser:
         if block.cut_frame is not None:
             line = block.cut_frame + line  # the rest of a wrapped frame line
             block.cut_frame = None
+        if block.after_frame:
+            block.after_frame = False
+            # The source of the last frame read: a traceback cut short ends on the call into
+            # the capture (`self.init_cuda_graphs()`) before that frame's own `File` line.
+            if any(w in line for w in P.CAPTURE_CALL_WORDS):
+                block.capture_frames = True
         if line.startswith("File "):
+            block.frames += 1
+            block.after_frame = True
             if ", in " not in line:
                 block.cut_frame = line[:2000]
             low = line.lower()
@@ -435,6 +450,9 @@ class LogParser:
         elif block.scheduler:
             line_no, message = block.first_line, P.SCHEDULER_EXCEPTION
             cls = FailureClass.SCHEDULER_EXCEPTION
+        elif block.traceback_start and block.frames:
+            line_no, message = block.first_line, P.TRACEBACK_START
+            cls = FailureClass.OTHER  # refined by its frames (init_cuda_graphs: capture_failed)
         else:
             return []
         cls = self._refine(cls, message, block)

@@ -250,6 +250,10 @@ SIGNATURE_GATE = (
 OOM_WORDS = ("out of memory", "OutOfMemoryError")
 # Traceback frames that place an exception inside graph capture, or inside the draft model.
 CAPTURE_FRAME_WORDS = ("cuda_graph", "init_cuda_graphs", "capture")
+# A frame's source line that calls into graph capture (0.4.x `self.init_cuda_graphs()`, 0.5.x
+# `self.init_device_graphs()`, the runner's `self.capture()`): where a traceback cut before its
+# next frame stopped. Exact calls, not words: a source line is any code.
+CAPTURE_CALL_WORDS = ("init_cuda_graphs(", "init_device_graphs(", "self.capture()", "CudaGraphRunner(")
 DRAFT_FRAME_WORDS = ("speculative/", "draft")
 PREFILL_FRAME_WORDS = ("prefill_cuda_graph", "breakable_cuda_graph", "piecewise")
 

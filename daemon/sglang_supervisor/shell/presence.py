@@ -61,6 +61,11 @@ class Presence:
             self._reaper.reap()
             await asyncio.sleep(HEARTBEAT_S)
 
+    def reap_all(self) -> None:
+        """The end of the shutdown, as PID 1: every child left (the engine's, re-parented to us
+        while it stopped) is reaped, waiting at most kill_s for those still dying."""
+        self._reaper.reap_all(self.sup.config.timeouts.kill_s)
+
     def _known_children(self) -> set[int]:
         """Our own children, reaped by whoever started them (Popen), never by the reaper."""
         eng = self.sup.runner.engine

@@ -8,13 +8,17 @@ Under systemd, systemd is PID 1 and reaps them; here the supervisor must.
 The reaper waits only for zombies it may take: reparented orphans, i.e. processes of another
 session than ours, and never a child some `Popen` is about to wait for (the engine's leader: its
 exit status classifies the failure). So it is a targeted `waitpid(pid, WNOHANG)`, never
-`waitpid(-1)`.
+`waitpid(-1)`. Except at the end: once the supervisor has stopped the engine (no `Popen` waits
+any more), `reap_all` takes every child, and waits a bounded time for those still dying (a
+setsid'd grandchild killed as an escapee, one that exits after the launcher): the heartbeat is
+gone by then, so without it they would stay `<defunct>` until the container ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,8 @@ from pathlib import Path
 import structlog
 
 log = structlog.get_logger("sglang_supervisor")
+
+REAP_POLL_S = 0.05  # how often reap_all looks again for children still dying
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,12 @@ class Reaper:
 
     def __init__(self, active: bool, keep: Callable[[], set[int]],
                  read: Callable[[], list[ProcEntry]] = read_proc,
-                 waitpid: Callable[[int, int], tuple[int, int]] = os.waitpid) -> None:
+                 waitpid: Callable[[int, int], tuple[int, int]] = os.waitpid, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.active = active
+        self._clock = clock
+        self._sleep = sleep
         self._keep = keep
         self._read = read
         self._waitpid = waitpid
@@ -98,4 +108,35 @@ class Reaper:
             self.reaped += count
             log.info("supervisor.reaped", zombies=count,
                      names=",".join(sorted({z.name for z in victims}))[:200])
+        return count
+
+    def reap_all(self, wait_s: float) -> int:
+        """At the end of the supervisor's shutdown, as PID 1: reap every child, waiting up to
+        `wait_s` for the ones still alive (dying after the launcher); those left after it are
+        logged and left to the container's end. Call only when no `Popen` waits any more."""
+        if not self.active:
+            return 0
+        me = os.getpid()
+        deadline = self._clock() + wait_s
+        count, names = 0, set()
+        while True:
+            kids = [e for e in self._read() if e.ppid == me]
+            for z in (e for e in kids if e.state == "Z"):
+                with contextlib.suppress(ChildProcessError, OSError):
+                    pid, _ = self._waitpid(z.pid, os.WNOHANG)
+                    if pid == z.pid:
+                        count += 1
+                        names.add(z.name)
+            live = [e for e in kids if e.state not in ("Z", "X")]
+            if not live or self._clock() >= deadline:
+                break
+            self._sleep(REAP_POLL_S)
+        if count:
+            self.reaped += count
+            log.info("supervisor.reaped", zombies=count, names=",".join(sorted(names))[:200],
+                     at="shutdown")
+        if live:
+            log.warning("supervisor.children_left",
+                        processes=", ".join(f"{e.pid}:{e.name}" for e in live)[:500],
+                        hint="still alive at exit; the container's end takes them")
         return count

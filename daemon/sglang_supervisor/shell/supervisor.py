@@ -303,6 +303,8 @@ class Supervisor:
             await self.client.aclose()
         with contextlib.suppress(OSError):
             remove_secret_config(default_secret_config_path(self.config, os.environ))
+        # The heartbeat's reaping ended with it: as PID 1, take what died during the stop.
+        await asyncio.to_thread(self.presence.reap_all)
 
     async def _start_metrics(self) -> None:
         if not self.config.metrics.enabled:

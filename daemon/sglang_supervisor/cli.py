@@ -161,8 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="audit host, engine and profiles: the performance left on the table",
                        epilog="for a configuration in /etc/sglang-supervisor it also checks what the unit "
                        "sees (interpreter, engine, model, directories under User=, ProtectHome=, "
-                       "ProtectSystem=). exit status: 0 when no finding is an error (warnings allowed), "
-                       "1 otherwise")
+                       "ProtectSystem=), and whether its running unit still runs code older than "
+                       "the installed package (the unit's /status). exit status: 0 when no finding "
+                       "is an error (warnings allowed), 1 otherwise")
     _add_config(p)
     p.add_argument("--url", help="also inspect this running server (/server_info; with --config, the "
                    "supervisor's /status: is it serving a fallback profile?)")

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "status", help="every model on this host at a glance: unit, phase, profile, tok/s, time below "
-        "the best profile, last failure, gateway, stale code",
+        "the best profile, last failure, way back, gateway, GPUs, stale code",
         epilog="asks each running supervisor for its /status on metrics.address; exit 0, or 78 when "
         "--all finds no configuration")
     _add_config(p)

@@ -29,6 +29,7 @@ from sglang_supervisor.core.inputs import (
     Settings,
 )
 from sglang_supervisor.core.liveness import launch_timers
+from sglang_supervisor.core.logwatch import redact
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.reasons import Outcome, StopReason
 
@@ -176,7 +177,7 @@ class LifecycleBase:
                 # `sglang-supervisor status` shows it: the line of this class, else the first.
                 lines = [f for f in self.cur.failures if f.failure == failure] or self.cur.failures
                 if lines:
-                    rec.failure_line = lines[0].message[:FAILURE_LINE_CHARS]
+                    rec.failure_line = redact(lines[0].message)[:FAILURE_LINE_CHARS]  # keys SGLang prints
 
     def _exit(self, code: ExitCode, reason: str, now: float) -> list[Action]:
         self.exit = Exit(code, reason)

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "status", help="every model on this host at a glance: unit, phase, profile, tok/s, time below "
-        "the best profile, last failure, gateway, stale code",
+        "the best profile, last failure, way back, gateway, GPUs, stale code",
         epilog="asks each running supervisor for its /status on metrics.address; exit 0, or 78 when "
         "--all finds no configuration")
     _add_config(p)
@@ -162,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="audit host, engine and profiles: the performance left on the table",
                        epilog="for a configuration in /etc/sglang-supervisor it also checks what the unit "
                        "sees (interpreter, engine, model, directories under User=, ProtectHome=, "
-                       "ProtectSystem=). exit status: 0 when no finding is an error (warnings allowed), "
-                       "1 otherwise")
+                       "ProtectSystem=), and whether its running unit still runs code older than "
+                       "the installed package (the unit's /status). exit status: 0 when no finding "
+                       "is an error (warnings allowed), 1 otherwise")
     _add_config(p)
     p.add_argument("--url", help="also inspect this running server (/server_info; with --config, the "
                    "supervisor's /status: is it serving a fallback profile?)")

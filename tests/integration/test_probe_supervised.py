@@ -255,6 +255,11 @@ def test_throughput_ratio_in_metrics_is_the_one_in_status(daemons, workdir, endp
     d.notified("READY=1")
     ratio = wait_until("a ratio in /status", d, lambda: ep.status()["throughput"]["ratio"])
     assert ep.value("sglang_supervisor_throughput_ratio") == pytest.approx(ratio)
+    # What `sglang-supervisor status` reads besides: this start's way back and the engine's GPUs
+    # (none held here: the simulator takes no GPU memory).
+    doc = ep.status()
+    assert doc["way_back"] == {"last_good": None, "probation": None, "backoff": {}, "retry_at": {}}
+    assert doc["gpus"] in (None, [])
     harness.stop_cleanly(d)
 
 

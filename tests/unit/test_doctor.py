@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED_CONFIG = ROOT / "etc" / "sglang-supervisor" / "qwen.yaml"
 MODEL = ROOT / "tests" / "fixtures" / "models" / "qwen3.6-27b-like"
 REAL_PORT_BUSY = doctor.port_busy
+REAL_SUPERVISOR_STATUS = doctor.supervisor_status
 SERVER_INFO = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.server_info.json"
 
 
@@ -38,6 +39,7 @@ def _host(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host without NVML whose ports are free, whatever machine runs the test."""
     monkeypatch.setattr(gpu, "_default", gpu.Nvml(loader=_no_module))
     monkeypatch.setattr(doctor, "port_busy", lambda host, port: False)
+    monkeypatch.setattr(doctor, "supervisor_status", lambda address, timeout_s=0.0: None)  # no unit runs
 
 
 def seed_config(tmp_path: Path, **engine: object) -> Path:
@@ -401,3 +403,61 @@ def test_a_value_of_the_wrong_type_is_an_error_finding(tmp_path: Path,
     assert rc == 1
     errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
     assert any("invalid int value 'banana'" in json.dumps(f) for f in errors), errors
+
+
+class _StatusServer:
+    """A running supervisor's metrics listener on a free loopback port, answering /status."""
+
+    def __init__(self, doc: dict[str, object]) -> None:
+        body = json.dumps(doc).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if self.path == "/status" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("stale", [True, False])
+def test_a_unit_running_code_older_than_the_package_is_a_finding_with_the_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stale: bool
+) -> None:
+    monkeypatch.setattr(doctor, "supervisor_status", REAL_SUPERVISOR_STATUS)  # the fixture stubbed it
+    monkeypatch.setattr(doctor.unitcheck, "unit_view", lambda config, path: None)  # no systemd here
+    server = _StatusServer({"profile": "tuned", "code_stale": stale, "supervisor_version": "0.9.1"})
+    try:
+        path = seed_config(tmp_path)
+        data = yaml.safe_load(path.read_text())
+        data["metrics"]["address"] = f"127.0.0.1:{server.port}"
+        path.write_text(yaml.safe_dump(data))
+        _, out = run_doctor(capsys, "--config", str(path), "--json")
+    finally:
+        server.close()
+    found = [f for f in json.loads(out)["findings"] if f["code"] == "live.code_stale"]
+    if not stale:
+        assert found == []
+        return
+    [f] = found
+    assert f["severity"] == "warning"
+    assert "sglang-supervisor@qwen.service runs supervisor code (0.9.1) older than the installed" in f["what"]
+    assert f["fix"] == "systemctl restart sglang-supervisor@qwen"
+
+
+def test_code_stale_reads_only_a_true_code_stale() -> None:
+    unit = "sglang-qwen.service"
+    [f] = audit.code_stale_findings({"code_stale": True}, unit)
+    assert f.fix == "systemctl restart sglang-qwen" and "(" not in f.what
+    for odd in (None, [], {"code_stale": "yes"}, {"code_stale": 1}, {"code_stale": False}, {}):
+        assert audit.code_stale_findings(odd, unit) == []

@@ -73,3 +73,16 @@ def test_a_launch_replaces_the_whole_attempt() -> None:
     fresh = Attempt(number=2, profile="b", engine_alive=True)
     assert lc.cur == fresh  # nothing of attempt 1 (failures, captures, stop reason) carried over
     assert [a["outcome"] for a in lc.snapshot(4.0)["attempts"]] == ["failed", "running"]
+
+
+def test_a_failed_attempt_keeps_the_line_of_its_class_for_status() -> None:
+    lc = Lifecycle(Settings(profiles=("a", "b")))
+    lc.handle(Start(), 0.0)
+    lc.handle(Launched(1, 42, frozenset({("target", "decode", None)})), 1.0)
+    lc.handle(EngineFailed(7, None, FailureClass.CHILD_CRASHED, "a child said goodbye"), 1.5)
+    lc.handle(EngineFailed(9, None, FailureClass.CAPTURE_OOM, "CUDA out of memory " + "x" * 400), 2.0)
+    lc.handle(EngineExited(1, 1, False), 3.0)
+    first, running = lc.snapshot(4.0)["attempts"]
+    assert first["failure_class"] == "capture_oom"
+    assert first["failure_line"].startswith("CUDA out of memory") and len(first["failure_line"]) == 300
+    assert running["failure_line"] is None

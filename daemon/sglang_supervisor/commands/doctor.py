@@ -3,16 +3,17 @@
 This is the imperative shell around `audit` (pure rules): it reads the config, the model's
 config.json, NVML, /dev/shm, rlimits, ports and directories, asks the engine's interpreter for its
 sglang version and runs the real SGLang argument parser there (`engine/argcheck.py`, a short
-subprocess), then optionally reads a running server's /server_info and /metrics.
+subprocess), asks the running unit's /status whether it runs code older than the installed
+package, then optionally reads a running server's /server_info and /metrics.
 
 Exit status: 0 when no finding is an error, 1 otherwise (warnings do not fail it).
 
 Long because: it is the subcommand's imperative shell, every read it makes in one place: the host
 (ports and who holds them, NVML, /dev/shm, rlimits, directories, the model), the engine's version
 and a live server (/server_info, /metrics, the supervisor's /status), behind module-level functions
-that tests replace (port_busy, port_holder, live_report, HTTP_TIMEOUT_S). The rules (core/audit/),
-the engine side (profilecheck.py), the unit's view (unitcheck.py) and the report (doctorreport.py)
-are elsewhere.
+that tests replace (port_busy, port_holder, live_report, supervisor_status, HTTP_TIMEOUT_S). The
+rules (core/audit/), the engine side (profilecheck.py), the unit's view (unitcheck.py) and the
+report (doctorreport.py) are elsewhere.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerEr
 
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
+STATUS_TIMEOUT_S = 2.0  # the local /status without --url: a hung unit must not stall doctor
 PORT_PROBE_TIMEOUT_S = 2.0  # a busy port's listener asked "are you SGLang?"
 
 
@@ -488,6 +490,7 @@ def _live(url: str, config: Config | None, report: Report) -> None:
     if config is not None and config.metrics.enabled:
         status = supervisor_status(config.metrics.address)
         report.findings += audit.fallback_findings(status, config.profile_names)
+        report.findings += audit.code_stale_findings(status, _unit_name(config, report))
         if isinstance(status, dict) and report.live is not None:
             report.live["supervisor_profile"] = status.get("profile")
 
@@ -514,7 +517,19 @@ def build_report(args: argparse.Namespace) -> Report:
                 )
     if args.url:
         _live(args.url, config, report)
+    elif config is not None and config.metrics.enabled:
+        # Without --url the running unit is still asked whether it runs code older than the
+        # installed package (issue 28.3): nothing else says that an upgrade is not in effect.
+        status = supervisor_status(config.metrics.address, timeout_s=STATUS_TIMEOUT_S)
+        report.findings += audit.code_stale_findings(status, _unit_name(config, report))
     return report
+
+
+def _unit_name(config: Config, report: Report) -> str:
+    """The unit that runs this configuration, as the unit check found it, else the template's."""
+    unit = report.host.get("unit")
+    name = unit.get("unit") if isinstance(unit, dict) else None
+    return name if isinstance(name, str) and name else f"sglang-supervisor@{config.name}.service"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """`sglang-supervisor status [--all] [--json]`: every model on this host at a glance: its unit,
-phase, profile (and whether it is the best), tok/s, time below best, last failure, gateway
-registration and whether it still runs code older than the installed package.
+phase, profile (and whether it is the best), tok/s against the baseline, time below best, last
+failure (class, profile, log line), the way back, gateway registration, the GPUs and their memory,
+and whether it still runs code older than the installed package.
 
 Each running supervisor is asked for its `/status` on `metrics.address` (bounded: 2 s, 1 MiB);
 the unit state comes from `systemctl show`. Nothing here needs root beyond reading the
@@ -13,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,5 +99,5 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"models": rows}, indent=2))
     else:
-        print(table(rows))
+        print(table(rows, time.time()))
     return ExitCode.OK

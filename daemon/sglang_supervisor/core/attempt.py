@@ -52,6 +52,7 @@ class AttemptRecord:
     ended_at: float | None = None
     outcome: Outcome = Outcome.RUNNING
     failure_class: FailureClass | None = None
+    failure_line: str | None = None  # the engine's log line that showed the class, if one did
 
     def seconds(self, now: float) -> float:
         return round((self.ended_at if self.ended_at is not None else now) - self.started_at, 3)

@@ -70,3 +70,19 @@ class ForeignProcess:
     pid: int
     used_bytes: int | None
     command: str | None  # /proc/PID/comm when visible
+
+
+def engine_gpus(gpus: list[GpuInfo] | None, pids: set[int]) -> list[dict[str, object]] | None:
+    """For `/status` (and `sglang-supervisor status`): the GPUs the engine's processes hold memory
+    on, with their memory; None when NVML is not there to tell."""
+    if gpus is None:
+        return None
+    rows: list[dict[str, object]] = []
+    for g in gpus:
+        held = [p for p in g.processes if p.pid in pids]
+        if held:
+            rows.append({"index": g.index, "name": g.name,
+                         "engine_bytes": sum(p.used_bytes or 0 for p in held),
+                         "memory_used_bytes": g.memory_used_bytes,
+                         "memory_total_bytes": g.memory_total_bytes})
+    return rows

@@ -30,12 +30,14 @@ from sglang_supervisor.core.inputs import (
     Settings,
 )
 from sglang_supervisor.core.liveness import launch_timers
+from sglang_supervisor.core.logwatch import redact
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.reasons import Outcome, StopReason
 
 # Passive tok/s (Decode batch lines: several a second under load) refreshes STATUS= at most this
 # often; a probe result always does.
 STATUS_REFRESH_S = 5.0
+FAILURE_LINE_CHARS = 300  # /status carries the failing line, bounded (a line may be a long traceback)
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -119,6 +121,7 @@ class LifecycleBase:
                     "reason": a.reason,
                     "outcome": a.outcome.value,
                     "failure_class": a.failure_class.value if a.failure_class else None,
+                    "failure_line": a.failure_line,
                     "seconds": a.seconds(now),
                 }
                 for a in self.attempts
@@ -174,6 +177,11 @@ class LifecycleBase:
         rec = self._record()
         if rec is not None:
             rec.close(now, outcome, failure)
+            if failure is not None and rec.failure_line is None:
+                # `sglang-supervisor status` shows it: the line of this class, else the first.
+                lines = [f for f in self.cur.failures if f.failure == failure] or self.cur.failures
+                if lines:
+                    rec.failure_line = redact(lines[0].message)[:FAILURE_LINE_CHARS]  # keys SGLang prints
 
     def _exit(self, code: ExitCode, reason: str, now: float) -> list[Action]:
         self.exit = Exit(code, reason)

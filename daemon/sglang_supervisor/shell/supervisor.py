@@ -34,7 +34,7 @@ import structlog
 from typing_extensions import assert_never
 
 from sglang_supervisor import __version__
-from sglang_supervisor.core import wayback
+from sglang_supervisor.core import gpufacts, wayback
 from sglang_supervisor.core.actions import (
     Action,
     CancelTimer,
@@ -131,6 +131,7 @@ class Supervisor:
         self._internal_failure = False
         self.metrics.internal_errors.inc(self.store.snapshot().internal_errors)
         self.below_best_since: float | None = None  # wall clock; persisted per fingerprint
+        self.plan: wayback.Plan | None = None  # this start's way back, for /status
         self.code_at_start = code_stamp()  # /status's code_stale: an upgrade replaced our files
         self.metrics.code_stale.set_function(lambda: 0.0 if code_stamp() == self.code_at_start else 1.0)
         self.metrics.below_best.set_function(self._below_best_seconds)
@@ -173,6 +174,7 @@ class Supervisor:
                                   bad=fs.bad, now=now,
                                   policy=wayback.Policy(r.known_bad_ttl_s, r.transient_retry_s))
         self.below_best_since = fs.below_best_since
+        self.plan = plan
         return policy_settings(
             self.config, last_good=plan.last_good, known_bad=plan.backoff,
             probation=plan.probation if first_run else None,
@@ -198,6 +200,15 @@ class Supervisor:
     def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
         return self._loop
 
+    def _way_back(self) -> dict[str, Any] | None:
+        """This start's plan back to the best profile: the last good one, the profile on
+        probation, and when each profile in back-off may be tried again (wall clock)."""
+        plan = self.plan
+        if plan is None:
+            return None
+        return {"last_good": plan.last_good, "probation": plan.probation,
+                "backoff": dict(plan.backoff), "retry_at": {k: round(v, 1) for k, v in plan.retry_at.items()}}
+
     def status(self) -> dict[str, Any]:
         """The `/status` document: names and numbers only, never the API key or argv."""
         snap = self.lifecycle.snapshot(time.monotonic())
@@ -219,6 +230,9 @@ class Supervisor:
             "gateway": self.presence.status(),
             "supervisor_version": __version__,
             "code_stale": code_stamp() != self.code_at_start,
+            "way_back": self._way_back(),
+            "gpus": gpufacts.engine_gpus(gpu.snapshot(), gpu.descendant_pids(eng.proc.pid))
+            if eng else [],
         })
         if self.group is not None:
             book = self.group.book

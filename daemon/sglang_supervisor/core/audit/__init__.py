@@ -7,10 +7,11 @@ given optimisation is off moves between releases (see docs in the finding texts)
 
 One module per family of rules: `findings` (the type, its order, folding), `profileaudit` (every rule
 for one profile: `graphs`, `speculative`, `features`, `comm`), `flags` (catalogue, migrations, the
-real parser), `host`, `live`, `fallback` (the supervisor's /status). This module is the doctor's
-one entry point to them.
+real parser), `host`, `live`, `fallback` and `codestale` (the supervisor's /status). This module
+is the doctor's one entry point to them.
 """
 
+from sglang_supervisor.core.audit.codestale import code_stale_findings
 from sglang_supervisor.core.audit.fallback import fallback_findings
 from sglang_supervisor.core.audit.findings import (
     AREAS,
@@ -37,6 +38,7 @@ __all__ = [
     "Severity",
     "audit_profile",
     "catalog_findings",
+    "code_stale_findings",
     "collapse_common",
     "fallback_findings",
     "has_errors",

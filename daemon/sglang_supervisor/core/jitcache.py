@@ -73,11 +73,16 @@ CACHE_SETTINGS: tuple[tuple[str, str], ...] = (
 CACHE_VAR_NAMES: tuple[str, ...] = tuple(v for v, _ in CACHE_VARS) + tuple(v for v, _ in CACHE_SETTINGS)
 
 _UNSAFE = re.compile(r"[^a-z0-9.+]+")
+_DASH_RUN = re.compile(r"[-.]*-[-.]*")
+_DOTS = re.compile(r"\.{2,}")
 _KEY_NAME = re.compile(r"sglang-[a-z0-9.+_-]+\Z")
 
 
 def _part(text: str) -> str:
-    return _UNSAFE.sub("-", text.strip().lower()).strip("-.") or "unknown"
+    """One safe name part: a-z, 0-9, `.`, `+`, `-`; never `..` (nor a run of `-` and `.`)."""
+    part = _UNSAFE.sub("-", text.strip().lower())
+    part = _DOTS.sub(".", _DASH_RUN.sub("-", part))
+    return part.strip("-.") or "unknown"
 
 
 def cache_key(sglang_version: str, gpus: Iterable[tuple[str, str | None]],

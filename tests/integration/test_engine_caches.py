@@ -40,7 +40,7 @@ def test_engine_caches_go_under_cache_directory_and_the_operator_wins(
     d = start(daemons, tmp_path, data,
               env={"CACHE_DIRECTORY": str(cache), "TRITON_CACHE_DIR": "/srv/unit-triton"})  # the unit
     spawned = d.event("engine.spawned")
-    placed = d.event("engine.cache")
+    placed = d.event("engine.cache_placed")
     env = engine_environ(spawned["pid"])
     keys = [p.name for p in (cache / ENGINE_CACHE_SUBDIR).iterdir()]
     assert len(keys) == 1 and keys[0].startswith("sglang-"), keys
@@ -79,5 +79,5 @@ def test_without_cache_directory_nothing_is_set(daemons, tmp_path: Path, no_cach
     d = start(daemons, tmp_path, base_config(tmp_path))
     env = engine_environ(d.event("engine.spawned")["pid"])
     assert not [v for v in CACHE_VAR_NAMES if v in env]
-    assert not d.named("engine.cache")
+    assert not d.named("engine.cache_placed")
     stop_cleanly(d)

@@ -192,7 +192,7 @@ class EngineRunner:
             version=sup.prep.version, gpus=gpus, torch=torch_version(rc.argv[0]),
             prune_now=self.cache_pruned_for != (cfg.cache_dir, sup.prep.version, gpus))
         if key_dir is not None and key_dir != self.cache_key_dir:
-            log.info("engine.cache", dir=key_dir, set=sorted(env),
+            log.info("engine.cache_placed", dir=key_dir, set=sorted(env),
                      kept=[v for v in CACHE_VAR_NAMES if v not in env])
         self.cache_key_dir = key_dir
         self.cache_pruned_for = (cfg.cache_dir, sup.prep.version, gpus)

@@ -26,12 +26,19 @@ from sglang_supervisor.core.jitcache import (
     choose_prune,
     is_key_name,
 )
+from sglang_supervisor.shell import gpu
 
 log = structlog.get_logger("sglang_supervisor.cache")
 
 # A size walk stops counting after this many entries (a hostile or runaway tree stays bounded).
 MAX_WALK_ENTRIES = 2_000_000
 GIB = 1 << 30
+
+
+def gpu_models(wanted: set[int] | None) -> list[tuple[str, str | None]]:
+    """(name, compute capability) of the engine's GPUs (all when `wanted` is None); [] without NVML."""
+    return [(g.name, g.compute_capability) for g in gpu.snapshot() or []
+            if wanted is None or g.index in wanted]
 
 
 def cache_root(environ: Mapping[str, str], configured: str | None) -> str | None:

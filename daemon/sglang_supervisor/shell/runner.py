@@ -49,7 +49,7 @@ from sglang_supervisor.shell import gpu
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.shell.grouplink import MEMBER_FAILED_DRAIN_S, local_capture_keys
-from sglang_supervisor.shell.jitcache import engine_cache_env, torch_version
+from sglang_supervisor.shell.jitcache import engine_cache_env, gpu_models, torch_version
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
 from sglang_supervisor.shell.preflight import capture_keys, gpu_indices, port_taken
 from sglang_supervisor.shell.process import EngineProcess, venv_bin_dir
@@ -184,9 +184,7 @@ class EngineRunner:
         except ConfigError:
             return {}  # spawn reports it
         cfg = sup.config.engine
-        wanted = self.gpu_set()
-        gpus = [(g.name, g.compute_capability) for g in gpu.snapshot() or []
-                if wanted is None or g.index in wanted]
+        gpus = gpu_models(self.gpu_set())
         key_dir, env = engine_cache_env(
             sup.opts.environ, rc.env, configured=cfg.cache_dir, max_gb=cfg.cache_max_gb,
             version=sup.prep.version, gpus=gpus, torch=torch_version(rc.argv[0]),

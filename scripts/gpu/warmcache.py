@@ -22,13 +22,19 @@ from sglang_supervisor.core.jitcache import CACHE_VAR_NAMES, CACHE_VARS, ENGINE_
 # The engine's start-up, in the order SGLang 0.5.17 logs it (engine/patterns.py has the same phrases).
 PHASE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("server_args", re.compile(r"server_args=")),
+    # the scheduler process is up (a spawned interpreter: it imports torch and SGLang again)
+    ("init_distributed", re.compile(r"Init torch distributed begin")),
     ("weights_begin", re.compile(r"Load weight begin")),
     ("weights_end", re.compile(r"Load weight end")),
     ("kv_allocated", re.compile(r"KV Cache is allocated")),
     ("capture_begin", re.compile(r"Capture (?:(?:target|draft) [\w-]+ CUDA|cuda) graph begin")),
     ("capture_end", re.compile(r"Capture (?:(?:target|draft) [\w-]+ CUDA|cuda) graph end")),
+    ("startup_timings", re.compile(r"Engine startup timings")),
+    ("uvicorn_running", re.compile(r"Uvicorn running on")),
     ("ready_line", re.compile(r"The server is fired up and ready to roll")),
 )
+# 0.5.17's own account: `Engine startup timings (s): load_weight=0.18, ..., cuda_graph={prefill=78.90, ...}`
+STARTUP_TIMINGS = re.compile(r"Engine startup timings \(s\): (?P<text>.*)$")
 __all__ = ["CACHE_VARS", "CACHE_VAR_NAMES", "cache_report", "engine_environ", "newer_files", "phases",
            "unit_environment"]
 CAPTURE_NAME = re.compile(r"Capture (?P<owner>target|draft) (?P<graph>[\w-]+) CUDA graph (?P<state>begin|end)")
@@ -99,11 +105,12 @@ def phases(lines: list[tuple[float, str]], t0: float) -> dict[str, Any]:
             if name not in seen and not name.startswith("capture") and pat.search(text):
                 seen.add(name)
                 marks.append((name, t - t0))
+    own = [m["text"][:400] for _, text in lines if (m := STARTUP_TIMINGS.search(text))]
     marks.sort(key=lambda m: m[1])
     gaps = [(f"{a}->{b}", round(tb - ta, 1)) for (a, ta), (b, tb) in itertools.pairwise(marks)]
     if marks:
         gaps.insert(0, (f"launch->{marks[0][0]}", round(marks[0][1], 1)))
-    return {"marks": {n: round(t, 1) for n, t in marks},
+    return {"marks": {n: round(t, 1) for n, t in marks}, "sglang_startup_timings": own[:1],
             "largest_gaps": sorted(gaps, key=lambda g: -g[1])[:5]}
 
 

@@ -1111,7 +1111,7 @@ class E2E:
         path = self.work / "seed-unit.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, CONFIG=str(path), MODEL=model, OUT=str(self.out),
-                   WAIT_S=str(int(max(60, self.left() - 90))))
+                   WAIT_S=str(int(max(60, self.left() - 90))), RESTART=str(int(self.o.systemd_restart)))
         try:
             r = subprocess.run(["bash", str(Path(__file__).parent / "systemd-unit.sh")], env=env,
                                capture_output=True, text=True, timeout=max(30, self.left() - 10))
@@ -1757,7 +1757,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default=None,
                    help="comma-separated, in order: main,fallback,pipe,tune,hand,seed,systemd,ab,regress,"
-                        "unexplained,multinode "
+                        "unexplained,warmcache,multinode "
                         "(default: main,fallback,pipe,tune; with --nnodes 2: multinode)")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--ab-model", choices=["big", "seed"], default="big",
@@ -1769,6 +1769,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seed scenarios: comma-separated flags taken out of every qwen.yaml profile")
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
+    p.add_argument("--systemd-restart", action="store_true",
+                   help="s8_systemd: also time `systemctl restart` to READY against the unit's first start "
+                        "(real PrivateTmp, the kernel caches under CacheDirectory; issue 26)")
     p.add_argument("--nnodes", type=int, default=1,
                    help="2: the multi-node scenario, two supervisors on one host, --tp/2 GPUs each")
     p.add_argument("--dist-init-addr", default="127.0.0.1",

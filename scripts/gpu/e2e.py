@@ -15,6 +15,8 @@ that this script owns) and checks, from the outside, what it did:
   s9_ab              supervised vs hand-launched decode tok/s, A/B/A/B, on a GPU-bound ~8B dummy model
   s10_regression     a foreign matmul loop on the same GPU: explained once, its end once, no restart
   s12_unexplained    a foreign agent stutters the scheduler (SIGSTOP/SIGCONT): restart, next profile, keep faster
+  s13_warmcache      kernel caches under CACHE_DIRECTORY: cold start, restart, SIGKILL, fallback; each warm
+                     start <= 0.5 x cold (issue 26; the unit's PrivateTmp/ProtectHome emulated per start)
 
 Writes OUT/report.json, OUT/report.md and OUT/logs.tar.xz. Stdlib + the supervisor package only.
 """
@@ -47,6 +49,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import seedshape  # noqa: E402
+import warmcache  # noqa: E402
 
 SGLANG_VERSION = "0.5.17"
 READY_LINE = "The server is fired up and ready to roll"
@@ -468,7 +471,8 @@ class FileTail:
 class SupervisorRun:
     """`sglang-supervisor run` as systemd would start it, with its JSON log captured."""
 
-    def __init__(self, python: str, config: dict[str, Any], workdir: Path, name: str) -> None:
+    def __init__(self, python: str, config: dict[str, Any], workdir: Path, name: str,
+                 environ: dict[str, str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.config = config
@@ -479,7 +483,7 @@ class SupervisorRun:
         self.events: list[tuple[float, dict[str, Any]]] = []
         self.log_path = workdir / "supervisor.log"
         self._log = self.log_path.open("w")
-        env = dict(os.environ, NOTIFY_SOCKET=str(self.notify.path))
+        env = dict(os.environ if environ is None else environ, NOTIFY_SOCKET=str(self.notify.path))
         self.t0 = time.time()
         self.proc = subprocess.Popen(
             [python, "-m", "sglang_supervisor", "run", "--config", str(self.cfg_path), "--log-format", "json"],
@@ -1107,7 +1111,7 @@ class E2E:
         path = self.work / "seed-unit.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, CONFIG=str(path), MODEL=model, OUT=str(self.out),
-                   WAIT_S=str(int(max(60, self.left() - 90))))
+                   WAIT_S=str(int(max(60, self.left() - 90))), RESTART=str(int(self.o.systemd_restart)))
         try:
             r = subprocess.run(["bash", str(Path(__file__).parent / "systemd-unit.sh")], env=env,
                                capture_output=True, text=True, timeout=max(30, self.left() - 10))
@@ -1119,6 +1123,164 @@ class E2E:
                   for line in text.splitlines() if line.startswith(("PASS ", "FAIL "))]
         checks.append(check("systemd-unit.sh exit 0", rc == 0, rc))
         self.record("s8_systemd", checks, {"transcript_tail": text[-3000:]})
+
+    # -- scenario warmcache: kernel caches across restarts and fallbacks (issue 26) -------------
+
+    def warm_start(self, name: str, cache_dir: Path, profiles: list[dict[str, Any]],
+                   reserve: float) -> tuple[SupervisorRun, bool]:
+        """One supervisor start in the unit's emulated environment (scripts/gpu/warmcache.py)."""
+        env = warmcache.unit_environment(dict(os.environ), cache_dir, self.work / "warmcache" / f"{name}-scratch")
+        cfg = self.config(f"warmcache-{name}", profiles=profiles)
+        sup = SupervisorRun(self.o.python, cfg, self.work / f"warmcache-{name}", name, environ=env)
+        ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - reserve)
+        if ready:
+            sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
+        return sup, ready
+
+    def warm_numbers(self, sup: SupervisorRun, t0: float, ready_t: float | None, cache_dir: Path) -> dict[str, Any]:
+        pid = sup.status().get("engine_pid")
+        env = warmcache.engine_environ(int(pid)) if pid else {}
+        scratch = self.work / "warmcache" / f"{sup.cfg_path.stem}-scratch"
+        readies = [d for t, d in sup.named("supervisor.ready") if t >= t0]
+        return {"to_READY_s": round(ready_t - t0, 1) if ready_t else None,
+                "ready_profile": readies[0].get("profile") if readies else None,
+                "attempts": [(d.get("profile"), d.get("failure_class")) for t, d in sup.named("engine.failed") if t >= t0],
+                # What this start wrote into its private /tmp and ~: gone at the next unit start.
+                "lost_at_restart": {d: warmcache.sizes(scratch / d, 2) for d in ("tmp", "home")},
+                "phases": warmcache.phases(sup.tail.since(t0), t0),
+                "captures": [f"{d.get('owner')} {d.get('graph')} {d.get('seconds')} s"
+                             for t, d in sup.named("engine.capture_end") if t >= t0],
+                "engine_cache_env": {k: env.get(k) for k in sorted(warmcache.CACHE_VAR_NAMES)},
+                "cache": warmcache.cache_report(cache_dir)}
+
+    def s13_warmcache(self) -> None:
+        """Long because: one sequence (cold, restart, SIGKILL, fallback) over one cache directory."""
+        need = 320 if self.real else 40
+        if self.left() < need:
+            self.skip("s13_warmcache", f"budget: {self.left():.0f} s left, {need} s needed")
+            return
+        cache_dir = self.work / "warmcache" / "var-cache-sglang-supervisor"
+        shutil.rmtree(self.work / "warmcache", ignore_errors=True)
+        cache_dir.mkdir(parents=True)
+        numbers_pre: dict[str, Any] = {}
+        if self.real:
+            # Not what a cache fixes: the disk's page cache and Python's bytecode for torch and
+            # SGLang. One import first (its JIT output into a throwaway folder), so that (a) is cold
+            # in the kernel caches only, as a host that already served some other model.
+            throw = self.work / "warmcache" / "preimport"
+            env = warmcache.unit_environment(dict(os.environ), throw / "cache", throw)
+            env.update({v: str(throw / "jit" / v.lower()) for v, _ in warmcache.CACHE_VARS})
+            t = time.time()
+            r = subprocess.run([self.o.engine_python, "-c", "import torch, triton, sglang.srt.server_args"],
+                               env=env, capture_output=True, text=True, timeout=120, check=False)
+            numbers_pre = {"rc": r.returncode, "seconds": round(time.time() - t, 1), "stderr": r.stderr[-300:]}
+        jit_before = time.time()
+        ladder = [PROFILES[0], PROFILES[1]]  # graphs (prefill breakable + decode full), no-prefill-graph
+        checks: list[dict[str, Any]] = []
+        numbers: dict[str, Any] = {"emulation": warmcache.__doc__.split("\n\n")[1].replace("\n", " "),
+                                   "preimport": numbers_pre}
+        starts: dict[str, float | None] = {}
+        # (a) cold: an empty cache directory
+        sup, ready = self.warm_start("a-cold", cache_dir, ladder, 170 if self.real else 25)
+        try:
+            t_ready = sup.notify.times("READY=1")[0] if ready else None
+            numbers["a_cold"] = self.warm_numbers(sup, sup.t0, t_ready, cache_dir)
+            starts["a_cold"] = numbers["a_cold"]["to_READY_s"]
+            checks.append(check("(a) cold start READY on the first rung", ready
+                                and numbers["a_cold"]["ready_profile"] == PROFILES[0]["name"],
+                                {"s": starts["a_cold"], "profile": numbers["a_cold"]["ready_profile"],
+                                 "failed": numbers["a_cold"]["attempts"]}))
+            env = numbers["a_cold"]["engine_cache_env"]
+            keys = sorted(numbers["a_cold"]["cache"]["keys"])
+            key_dir = str(cache_dir / "engine-cache" / keys[0]) if len(keys) == 1 else None
+            checks.append(check("one key directory under CACHE_DIRECTORY/engine-cache", key_dir is not None, keys))
+            placed = [v for v, _ in warmcache.CACHE_VARS if (env.get(v) or "").startswith(f"{key_dir}/")]
+            checks.append(check("the engine's cache variables all point into the key directory",
+                                key_dir is not None and len(placed) == len(warmcache.CACHE_VARS),
+                                {"placed": len(placed), "of": len(warmcache.CACHE_VARS), "env": env}))
+            if self.real:
+                key_bytes = sum(numbers["a_cold"]["cache"]["keys"].get(keys[0], {}).values()) if key_dir else 0
+                checks.append(check("the cold start's JIT output landed in the key directory (> 1 MiB)",
+                                    key_bytes > (1 << 20), key_bytes))
+            rc, secs = sup.stop(60)
+            numbers["a_cold"]["sigterm"] = {"rc": rc, "seconds": secs}
+        finally:
+            sup.close()
+        numbers["cache_after_a"] = warmcache.cache_report(cache_dir)
+        if not ready:
+            self.record("s13_warmcache", checks, numbers, note="the cold start never became ready")
+            return
+        # (b) `systemctl restart`: a new supervisor, a new PrivateTmp, the same CacheDirectory
+        sup, ready = self.warm_start("b-restart", cache_dir, ladder, 110 if self.real else 15)
+        try:
+            t_ready = sup.notify.times("READY=1")[0] if ready else None
+            numbers["b_restart"] = self.warm_numbers(sup, sup.t0, t_ready, cache_dir)
+            starts["b_restart"] = numbers["b_restart"]["to_READY_s"]
+            checks.append(check("(b) restart READY on the first rung", ready
+                                and numbers["b_restart"]["ready_profile"] == PROFILES[0]["name"],
+                                {"s": starts["b_restart"], "profile": numbers["b_restart"]["ready_profile"]}))
+            # (c) SIGKILL of the engine's scheduler: the supervisor relaunches it (same unit, same /tmp)
+            pid = sup.status().get("engine_pid")
+            kids = descendants(int(pid)) if pid else []
+            scheds = [k for k in kids if "scheduler" in k["cmd"] or "scheduler" in k["comm"]]
+            victim = scheds[-1]["pid"] if scheds else (int(pid) if pid and not self.real else None)
+            if ready and victim and self.left() > (90 if self.real else 10):
+                n = len(sup.named("supervisor.ready"))
+                tk = time.time()
+                os.kill(victim, signal.SIGKILL)
+                again = sup.wait(lambda: len(sup.named("supervisor.ready")) > n, self.deadline - (75 if self.real else 8))
+                t_again = sup.named("supervisor.ready")[-1][0] if again else None
+                numbers["c_sigkill"] = self.warm_numbers(sup, tk, t_again, cache_dir)
+                starts["c_sigkill"] = numbers["c_sigkill"]["to_READY_s"]
+                checks.append(check("(c) READY again after SIGKILL of the scheduler", again, starts["c_sigkill"]))
+            else:
+                numbers["c_sigkill"] = f"not run: victim {victim}, {self.left():.0f} s left"
+            rc, secs = sup.stop(60)
+        finally:
+            sup.close()
+        # (d) a fallback start: the first rung cannot allocate its KV cache, the second starts
+        if self.left() > (70 if self.real else 8):
+            bad = {**PROFILES[0], "name": "no-kv-room", "args": {"mem-fraction-static": FAIL_FRACTION}}
+            if not self.real:
+                bad["env"] = {"SGLANG_SIM_FAULTS": f"kv-oom+when=--mem-fraction-static={FAIL_FRACTION:g}"}
+            sup, ready = self.warm_start("d-fallback", cache_dir, [bad, PROFILES[1]], 10 if self.real else 3)
+            try:
+                spawned = [(t, d) for t, d in sup.named("engine.spawned") if d.get("profile") == PROFILES[1]["name"]]
+                readies = sup.named("supervisor.ready")
+                t_ready = readies[0][0] if ready and readies else None
+                t1 = spawned[0][0] if spawned else sup.t0
+                numbers["d_fallback"] = self.warm_numbers(sup, t1, t_ready, cache_dir)
+                numbers["d_fallback"]["supervisor_start_to_READY_s"] = round(t_ready - sup.t0, 1) if t_ready else None
+                numbers["d_fallback"]["ready_profile"] = readies[0][1].get("profile") if readies else None
+                starts["d_fallback_second_rung"] = numbers["d_fallback"]["to_READY_s"]
+                checks.append(check("(d) READY on the second rung", ready and bool(spawned)
+                                    and numbers["d_fallback"]["ready_profile"] == PROFILES[1]["name"],
+                                    numbers["d_fallback"]["ready_profile"]))
+                sup.stop(60)
+            finally:
+                sup.close()
+        else:
+            numbers["d_fallback"] = f"not run: {self.left():.0f} s left"
+        cold = starts.get("a_cold")
+        numbers["to_READY_s"] = starts
+        numbers["ratio_to_cold"] = {k: round(v / cold, 3) for k, v in starts.items() if v and cold and k != "a_cold"}
+        numbers["cache_final"] = warmcache.cache_report(cache_dir)
+        numbers["dominant"] = {k: (v["phases"]["largest_gaps"][:2] if isinstance(v, dict) else v)
+                               for k, v in numbers.items() if k[:2] in ("a_", "b_", "c_", "d_")}
+        outside = {k: v for k, v in numbers["cache_final"]["outside_keys"].items() if v > (1 << 20)}
+        checks.append(check("nothing over 1 MiB in the cache directory outside the key directories",
+                            not outside, outside))
+        written = warmcache.newer_files(Path("/tmp/jit"), jit_before)
+        checks.append(check("nothing written to the old /tmp/jit paths", not written, written[:5]))
+        for k, r in numbers["ratio_to_cold"].items():
+            if self.real:  # the simulator has no JIT: its ratios say nothing
+                checks.append(check(f"{k} <= 0.5 x the cold start", r <= 0.5, {"ratio": r, "s": starts[k], "cold_s": cold}))
+        missing = [k for k in ("b_restart", "c_sigkill", "d_fallback_second_rung") if not starts.get(k)]
+        checks.append(check("every warm start measured", not missing, missing))
+        self.record("s13_warmcache", checks, numbers,
+                    note="emulated unit environment (CACHE_DIRECTORY, fresh TMPDIR and HOME per start); "
+                         "not real systemd")
+
 
     # -- scenarios 9 and 10: the GPU-bound model ---------------------------------------------
 
@@ -1172,7 +1334,7 @@ class E2E:
         `--ab-model seed`: on the seed's shape (speculative decoding, qwen.yaml's `tuned`), as s9_ab_seed."""
         seed = self.o.ab_model == "seed"
         name = "s9_ab_seed" if seed else "s9_ab"
-        need = 300 if self.real else 40
+        need = 320 if self.real else 40
         if self.left() < need:
             self.skip(name, f"budget: {self.left():.0f} s left, {need} s needed")
             return
@@ -1520,7 +1682,7 @@ class E2E:
         order = {"main": self.main_run, "fallback": self.s3_fallback, "tune": self.s6_tune,
                  "pipe": self.s2b_pipe, "hand": self.s2a_hand_first, "seed": self.s7_seed_shape,
                  "systemd": self.s8_systemd, "ab": self.s9_ab, "regress": self.s10_regression,
-                 "unexplained": self.s12_unexplained,
+                 "unexplained": self.s12_unexplained, "warmcache": self.s13_warmcache,
                  "multinode": self.s11_multinode}
         for name in self.o.only.split(","):
             try:
@@ -1538,6 +1700,8 @@ class E2E:
     def pack_logs(self) -> None:
         with tarfile.open(self.out / "logs.tar.xz", "w:xz") as tar:
             for p in sorted(self.work.rglob("*")):
+                if p.relative_to(self.work).parts[0] == "warmcache":
+                    continue  # the kernel caches of s13 (Triton's *.json among them), not logs
                 if p.is_file() and p.suffix in (".log", ".yaml", ".json") or p.name.startswith("engine.log"):
                     tar.add(p, arcname=str(p.relative_to(self.work)))
 
@@ -1593,7 +1757,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default=None,
                    help="comma-separated, in order: main,fallback,pipe,tune,hand,seed,systemd,ab,regress,"
-                        "unexplained,multinode "
+                        "unexplained,warmcache,multinode "
                         "(default: main,fallback,pipe,tune; with --nnodes 2: multinode)")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--ab-model", choices=["big", "seed"], default="big",
@@ -1605,6 +1769,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seed scenarios: comma-separated flags taken out of every qwen.yaml profile")
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
+    p.add_argument("--systemd-restart", action="store_true",
+                   help="s8_systemd: also time `systemctl restart` to READY against the unit's first start "
+                        "(real PrivateTmp, the kernel caches under CacheDirectory; issue 26)")
     p.add_argument("--nnodes", type=int, default=1,
                    help="2: the multi-node scenario, two supervisors on one host, --tp/2 GPUs each")
     p.add_argument("--dist-init-addr", default="127.0.0.1",

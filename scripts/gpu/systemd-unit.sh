@@ -32,9 +32,9 @@ mkdir -p /opt/sgs
 cp -a /tmp/site /opt/sgs/site; cp -a /tmp/pylib /opt/sgs/pylib; cp -a "$root/daemon" /opt/sgs/daemon
 cp -a "$MODEL" /opt/sgs/model
 id sglang >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin sglang
+# The kernel caches are the supervisor's to place (CacheDirectory/engine-cache/KEY, issue 26): no
+# copy of /tmp/jit, so this first start under the unit is a cold one, as on a fresh host.
 mkdir -p /var/cache/sglang-supervisor
-[ -d /tmp/jit/triton ] && cp -a /tmp/jit/triton /var/cache/sglang-supervisor/triton
-[ -d /tmp/jit/tvmffi ] && cp -a /tmp/jit/tvmffi /var/cache/sglang-supervisor/tvmffi
 chown -R sglang:sglang /var/cache/sglang-supervisor
 chmod -R a+rX /opt/sgs
 mkdir -p /etc/sglang-supervisor
@@ -95,7 +95,6 @@ ExecStart=
 ExecStart=$py -m sglang_supervisor run --config /etc/sglang-supervisor/seed.yaml
 Environment=PYTHONPATH=/opt/sgs/daemon:/opt/sgs/pylib:/opt/sgs/site
 Environment=HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 FLASHINFER_NO_DOWNLOAD=1 SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK=1
-Environment=TVM_FFI_CACHE_DIR=/var/cache/sglang-supervisor/tvmffi
 EOF
 in_sd mkdir -p /run/systemd/system/sglang-seed.service.d
 in_sd cp /tmp/dropin/device.conf /run/systemd/system/sglang-seed.service.d/device.conf
@@ -147,6 +146,24 @@ port=$(python3 -c "import yaml;print(yaml.safe_load(open('/etc/sglang-supervisor
 curl -s --max-time 10 "http://$port/metrics" > /tmp/metrics.txt
 grep -E "^sglang_supervisor_gpu_(memory_used_bytes|memory_total_bytes|sm_clock_hertz|power_watts)" /tmp/metrics.txt | head -6 | tee -a "$rep" >&2
 grep -q "^sglang_supervisor_gpu_memory_used_bytes" /tmp/metrics.txt; ok $? "NVML gauges on /metrics"
+
+keys=$(ls /var/cache/sglang-supervisor/engine-cache 2>/dev/null | grep -c '^sglang-')
+say "engine-cache keys: $(ls /var/cache/sglang-supervisor/engine-cache 2>&1 | tr '\n' ' ') ($(du -sh /var/cache/sglang-supervisor/engine-cache 2>/dev/null | cut -f1))"
+[ "$keys" = 1 ]; ok $? "the kernel caches under CacheDirectory/engine-cache/KEY (one key)"
+
+# --- optional (RESTART=1, issue 26): `systemctl restart` to READY with the caches the first start left
+if [ "${RESTART:-0}" = 1 ]; then
+  ts=$(date +%s.%N)
+  # Type=notify: a blocking restart returns when the new start job is done (READY=1) or failed.
+  timeout "$WAIT_S" nsenter -t "$P" -a /tmp/sd/bin/systemctl restart sglang-seed.service
+  rrc=$?
+  t_restart=$(python3 -c "import time;print(round(time.time()-$ts,1))")
+  say "systemctl restart: rc=$rrc, $t_restart s to active (first start: $t_active s); state $(sctl show -p ActiveState --value sglang-seed.service)"
+  say "engine-cache after the restart: $(du -sh /var/cache/sglang-supervisor/engine-cache/* 2>/dev/null | tr '\n\t' '  ')"
+  [ "$rrc" = 0 ]; ok $? "systemctl restart reached READY again"
+  python3 -c "import sys; sys.exit(0 if float('$t_restart') <= 0.5 * float('$t_active') else 1)"
+  ok $? "systemctl restart ($t_restart s) <= 0.5 x the unit's first start ($t_active s)"
+fi
 
 # --- stop: GPU memory back to baseline --------------------------------------------------------------
 ts=$(date +%s.%N)

@@ -72,3 +72,25 @@ def test_seed_scenario_on_the_simulator_matches_the_real_capture_sequence(tmp_pa
     assert n["prefill_graph_disabled"] == ["some layers do not apply Standard GQA"]
     assert "profiles[0].args.enable-single-batch-overlap: True -> None" in n["adaptations"]
     assert "engine.args.tp-size: 2 -> 1" in n["adaptations"]
+
+
+def test_warmcache_scenario_on_the_simulator(tmp_path: Path) -> None:
+    """Scenario warmcache (issue 26) end to end on the simulator: four starts over one emulated
+    CacheDirectory, the engine's cache variables all in its one key folder, nothing outside it.
+    The <= 0.5 x cold checks run only on the GPU (the simulator has no JIT to cache)."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_E2E_PYTHON=sys.executable,
+               GPU_E2E_WORKDIR=str(tmp_path / "work"))
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu-e2e"), "--engine", "sim", "--budget-s", "200",
+                           "--only", "warmcache"],
+                          check=False, env=env, capture_output=True, text=True, timeout=300)
+    report = json.loads((out / "report.json").read_text())
+    assert not report.get("errors"), report.get("errors")
+    sc = report["scenarios"]["s13_warmcache"]
+    assert sc["status"] == "pass", ([c for c in sc["checks"] if not c["ok"]], proc.stdout[-2000:])
+    starts = sc["numbers"]["to_READY_s"]
+    assert set(starts) == {"a_cold", "b_restart", "c_sigkill", "d_fallback_second_rung"}
+    assert all(v and v > 0 for v in starts.values()), starts
+    env_a = sc["numbers"]["a_cold"]["engine_cache_env"]
+    assert env_a["TVM_FFI_CACHE_DIR"].startswith(str(tmp_path / "work" / "warmcache"))  # not /tmp/jit
+    assert sc["numbers"]["d_fallback"]["ready_profile"] == "no-prefill-graph"

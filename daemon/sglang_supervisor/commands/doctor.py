@@ -212,6 +212,9 @@ def _dir_facts(config: Config, env: Mapping[str, str]) -> dict[str, tuple[str, s
         dirs[config.runtime_dir] = ("runtime directory", dir_status(config.runtime_dir))
     cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or str(Path.home()), ".cache")
     dirs.setdefault(cache, ("kernel/JIT cache directory", dir_status(cache)))
+    if config.engine.cache_dir:  # else the unit's CacheDirectory, which systemd makes writable
+        dirs.setdefault(config.engine.cache_dir,
+                        ("engine.cache_dir (kernel caches)", dir_status(config.engine.cache_dir)))
     return dirs
 
 

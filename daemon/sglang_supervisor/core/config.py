@@ -262,6 +262,12 @@ class EngineSettings(_ArgsAndEnv):
     log_file: str = "/var/log/sglang-supervisor/engine.log"
     log_max_bytes: Annotated[int, Field(ge=1024, le=1 << 40)] = 100 * 1024 * 1024
     log_backups: Annotated[int, Field(ge=0, le=100)] = 5
+    # The engine's kernel caches (Triton, inductor, TVM-FFI, flashinfer, deep_gemm, CUDA): under
+    # this directory, one folder per SGLang release + torch + GPU (core/jitcache.py). None: the
+    # unit's CacheDirectory ($CACHE_DIRECTORY). cache_max_gb bounds all key folders together
+    # (least recently used pruned before a launch; 0: no bound).
+    cache_dir: str | None = None
+    cache_max_gb: Annotated[float, Field(ge=0, le=100_000)] = 20.0
 
     @field_validator("command")
     @classmethod
@@ -277,10 +283,18 @@ class EngineSettings(_ArgsAndEnv):
     def _plain_text(cls, v: str, info: ValidationInfo) -> str:
         return _path_text(v, str(info.field_name).replace("_", " "))
 
-    @field_validator("interpreter", "api_key_file")
+    @field_validator("interpreter", "api_key_file", "cache_dir")
     @classmethod
     def _optional_path(cls, v: str | None, info: ValidationInfo) -> str | None:
         return None if v is None else _path_text(v, str(info.field_name).replace("_", " "))
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _absolute_cache_dir(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise FixableValueError(f"cache dir {v!r} is not an absolute path",
+                                    "write an absolute path, or remove the key for the unit's CacheDirectory")
+        return v
 
     @field_validator("version")
     @classmethod

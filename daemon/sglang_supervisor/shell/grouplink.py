@@ -30,7 +30,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -90,8 +90,10 @@ from sglang_supervisor.core.readiness import CaptureKey, without_prefill
 from sglang_supervisor.engine import patterns as P
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.shell.jitcache import engine_cache_env, gpu_models, torch_version
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
 from sglang_supervisor.shell.notify import Notifier
+from sglang_supervisor.shell.preflight import gpu_indices
 from sglang_supervisor.shell.process import EngineProcess
 
 log = structlog.get_logger("sglang_supervisor")
@@ -373,8 +375,22 @@ class WorkerNode:
         self.engine: _LocalEngine | None = None
         self.last_generation: int | None = None  # the generation our last engine ran
         self._stop = asyncio.Event()
+        self._cache_pruned = False  # old kernel-cache keys pruned at the first engine start
 
     # -- engine ---------------------------------------------------------------------------------
+
+    def _cache_env(self, overlay: Mapping[str, str], engine_python: str) -> dict[str, str]:
+        """The kernel-cache variables, as the leader's runner sets them (shell/jitcache.py);
+        old keys pruned at this node's first engine start."""
+        cfg = self.config.engine
+        key_dir, env = engine_cache_env(
+            self.environ, overlay, configured=cfg.cache_dir, max_gb=cfg.cache_max_gb,
+            version=self.version, gpus=gpu_models(gpu_indices({**self.environ, **cfg.env})),
+            torch=torch_version(engine_python), prune_now=not self._cache_pruned)
+        if key_dir is not None and not self._cache_pruned:
+            log.info("engine.cache_placed", dir=key_dir, set=sorted(env))
+        self._cache_pruned = True
+        return env
 
     def _start(self, gen: int, profile: str) -> None:
         rc = self.renders.get(profile)
@@ -389,7 +405,7 @@ class WorkerNode:
             except OSError as exc:
                 log.error("group.secret_config", error=exc.strerror or str(exc))
                 return
-        env = engine_env(self.environ, rc.env)
+        env = engine_env(self.environ, {**self._cache_env(rc.env, rc.argv[0]), **rc.env})
         try:
             proc = EngineProcess.spawn(rc.argv, env)
         except OSError as exc:

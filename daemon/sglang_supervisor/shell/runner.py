@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.group import MemberFailed
 from sglang_supervisor.core.inputs import EngineExited, GpuBusy, Launched, LaunchFailed, TemporaryCleared
+from sglang_supervisor.core.jitcache import CACHE_VAR_NAMES
 from sglang_supervisor.core.liveness import (
     TEMPORARY_POLL_S,
     start_extension,
@@ -48,6 +49,7 @@ from sglang_supervisor.shell import gpu
 from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.shell.grouplink import MEMBER_FAILED_DRAIN_S, local_capture_keys
+from sglang_supervisor.shell.jitcache import engine_cache_env, gpu_models, torch_version
 from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
 from sglang_supervisor.shell.preflight import capture_keys, gpu_indices, port_taken
 from sglang_supervisor.shell.process import EngineProcess, venv_bin_dir
@@ -96,6 +98,8 @@ class EngineRunner:
         # A spell of failed engine log writes, across engines: (began, bytes dropped so far).
         self.log_spell: tuple[float, int] | None = None
         self.derived: dict[str, Derivation] = {}  # derived profiles launched in this run
+        self.cache_key_dir: str | None = None  # the kernel caches' key directory in use
+        self.cache_pruned_for: tuple[str | None, str, list[tuple[str, str | None]]] | None = None
 
     # -- launching ------------------------------------------------------------------------------
 
@@ -131,7 +135,8 @@ class EngineRunner:
                         return
             if a.delay_s > 0:
                 await asyncio.sleep(a.delay_s)
-            self.spawn(a)
+            cache = await asyncio.to_thread(self.prepare_cache, a.profile)
+            self.spawn(a, cache)
         except asyncio.CancelledError:
             return
         finally:
@@ -170,7 +175,28 @@ class EngineRunner:
                         api_key=self.sup.prep.api_key)
         return rc
 
-    def spawn(self, a: Launch) -> None:
+    def prepare_cache(self, profile: str) -> dict[str, str]:
+        """The kernel-cache variables for this launch (shell/jitcache.py), the key's old
+        neighbours pruned once per key and supervisor run. {} outside a CacheDirectory."""
+        sup = self.sup
+        try:
+            rc = self.render(profile)
+        except ConfigError:
+            return {}  # spawn reports it
+        cfg = sup.config.engine
+        gpus = gpu_models(self.gpu_set())
+        key_dir, env = engine_cache_env(
+            sup.opts.environ, rc.env, configured=cfg.cache_dir, max_gb=cfg.cache_max_gb,
+            version=sup.prep.version, gpus=gpus, torch=torch_version(rc.argv[0]),
+            prune_now=self.cache_pruned_for != (cfg.cache_dir, sup.prep.version, gpus))
+        if key_dir is not None and key_dir != self.cache_key_dir:
+            log.info("engine.cache_placed", dir=key_dir, set=sorted(env),
+                     kept=[v for v in CACHE_VAR_NAMES if v not in env])
+        self.cache_key_dir = key_dir
+        self.cache_pruned_for = (cfg.cache_dir, sup.prep.version, gpus)
+        return env
+
+    def spawn(self, a: Launch, cache: Mapping[str, str] | None = None) -> None:
         sup = self.sup
         try:
             rc = self.render(a.profile)
@@ -189,7 +215,8 @@ class EngineRunner:
                 sup.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
                                       f"{secret_path}: {exc.strerror}", config_error=True))
                 return
-        env = engine_env(sup.opts.environ, rc.env, venv_bin_dir(rc.argv[0]))
+        # The cache variables name only what neither our environment nor the profile sets.
+        env = engine_env(sup.opts.environ, {**(cache or {}), **rc.env}, venv_bin_dir(rc.argv[0]))
         if not self.started_once:
             gpus = gpu.snapshot()
             self.gpu_baseline = gpu.total_used(gpus, self.gpu_set()) if gpus else None

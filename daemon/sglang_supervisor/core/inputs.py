@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sglang_supervisor.core.canary import CanaryPlan
 from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import EngineEvent
 from sglang_supervisor.core.readiness import CaptureKey
@@ -139,6 +140,9 @@ class ReloadRequested:
 
     changed: bool
     settings: Settings | None = None
+    # An upgrade canary (core/canary.py): the changed command runs a candidate SGLang release,
+    # judged at READY against the current release's reference, rolled back when worse.
+    canary: CanaryPlan | None = None
 
 
 RegressionKind = Literal["restart_same", "next_profile", "switch", "keep"]

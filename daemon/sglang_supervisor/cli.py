@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "candidate named, 1 the request cannot be written")
     _add_config(p)
     p.add_argument("--to", metavar="PYTHON",
-                   help="the candidate venv's interpreter, e.g. /opt/sglang-0.5.24/bin/python "
+                   help="the candidate venv's interpreter, e.g. /opt/sglang-NEW/bin/python "
                    "(default: engine.candidate.python)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",

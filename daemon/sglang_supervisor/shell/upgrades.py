@@ -279,13 +279,13 @@ class Upgrades:
         self._record(a.plan.python, a.plan.candidate, v.word, v.reason, a.verdict.to_json(),
                      from_version=a.plan.current)
         self.sup.metrics.set_upgrade(v.word, a.plan.candidate, v.tps_ratio)
+        self.pending = None  # judged: a rollback that follows records nothing more
         if v.promote:
-            self.pending = None
             self.book["promoted"] = {"python": a.plan.python, "version": a.plan.candidate,
                                      "from": a.plan.current, "at": time.time()}
             save(self.path, self.book)
-            with contextlib.suppress(OSError):
-                request_path(self.sup.config).unlink()
+        with contextlib.suppress(OSError):
+            request_path(self.sup.config).unlink()
 
     def rolled_back(self, a: RollBack) -> None:
         """The candidate failed to start, or measured worse (its stop): the current release

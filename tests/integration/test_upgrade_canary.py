@@ -9,6 +9,7 @@ and an in-place upgrade is reported as a canary without a way back.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -82,6 +83,7 @@ def test_a_faster_candidate_is_promoted_and_keeps_serving_after_a_restart(
     assert begun["current"] == CURRENT and begun["candidate"] == CANDIDATE
     verdict = d.event("upgrade.verdict")
     assert verdict["verdict"] == "promoted", verdict
+    assert any(f"upgrade canary: SGLang {CURRENT} -> {CANDIDATE}" in n for n in d.notes), d.notes
     assert verdict["tps_ratio"] >= 0.98 and verdict["fidelity"] == "not_checked"
     d.notified("READY=1", count=2)
     st = status(address)
@@ -126,6 +128,13 @@ def test_a_slower_candidate_is_rolled_back_and_the_old_release_serves_again(
     d.proc.send_signal(signal.SIGHUP)
     assert d.event("upgrade.not_retried", after=n)["python"] == python
     assert not [e for e in d.events[n:] if e.get("event") == "upgrade.canary_begin"]
+    # doctor lists the remembered release and warns about the last verdict
+    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
+                             str(d.config_path), "--json"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    codes = {f["code"]: f for f in json.loads(doctor.stdout)["findings"]}
+    assert "rolled back" in codes["upgrade.last_verdict"]["what"], doctor.stdout[-2000:]
+    assert CANDIDATE in codes["upgrade.release"]["what"]
     stop_cleanly(d)
 
 
@@ -196,4 +205,9 @@ def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(
     assert st["in_place"]["from"] == CURRENT and st["in_place"]["to"] == CANDIDATE
     book = (tmp_path / "state" / "demo.releases.json").read_text()
     assert '"old_release": true' in book  # the old release's numbers stay, marked
+    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
+                             str(again.config_path), "--json"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    codes = {f["code"] for f in json.loads(doctor.stdout)["findings"]}
+    assert "upgrade.in_place" in codes, doctor.stdout[-2000:]
     stop_cleanly(again)

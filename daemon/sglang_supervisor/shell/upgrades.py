@@ -158,9 +158,18 @@ def read_request(config: Config) -> dict[str, Any] | None:
 
 
 def write_request(config: Config, python: str, retry: bool) -> Path:
+    """The request, owned like the state directory (run as root, the service user must read it
+    and remove it once judged). Raises OSError when it cannot be written."""
     path = request_path(config)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
-    save(path, {"python": python, "retry": retry, "at": time.time()})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o640)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"python": python, "retry": retry, "at": time.time()}, f)
+        if os.geteuid() == 0:
+            st = path.parent.stat()
+            os.fchown(f.fileno(), st.st_uid, st.st_gid)
+    os.replace(tmp, path)
     return path
 
 

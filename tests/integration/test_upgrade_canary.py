@@ -176,6 +176,11 @@ def test_upgrade_now_asks_the_running_daemon(daemons: list[Daemon], tmp_path: Pa
     d.notified("READY=1", count=2)
     assert status(address)["engine_version"] == CANDIDATE
     stop_cleanly(d)
+    # the configuration does not name the candidate: the request does, for later starts
+    again = start(daemons, tmp_path, data)
+    again.notified("READY=1")
+    assert status(address)["engine_version"] == CANDIDATE
+    stop_cleanly(again)
 
 
 def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(

@@ -126,6 +126,10 @@ class Reloader:
             self.refuse(why[:300], "invalid", report=str(exc))
             return
         # From here on nothing is awaited: the reload is applied whole, or not at all.
+        if canary is not None and sup.lifecycle.phase not in UP_PHASES:
+            self.refuse("an upgrade canary needs a serving engine to compare with and to return "
+                        "to; reload again once it serves", "not_serving")
+            return
         config = prepared.config
         current = sup.lifecycle.profile
         old = sup.prep.renders.get(current) if current else None

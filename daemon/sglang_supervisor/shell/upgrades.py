@@ -49,8 +49,8 @@ def request_path(config: Config) -> Path:
 
 
 def venv_identity(python: str) -> str:
-    """The candidate's venv as it is now: its interpreter and the newest mtime of its
-    site-packages (a `pip install` there changes it), so a rolled-back candidate is tried again
+    """The candidate's venv as it is now: its interpreter and the mtimes of its site-packages
+    and of the interpreter (a `pip install` there changes them), so a rolled-back candidate is tried again
     only once its venv changed."""
     real = os.path.realpath(python)
     venv = Path(real).parent.parent
@@ -61,7 +61,7 @@ def venv_identity(python: str) -> str:
                 stamps.append(d.stat().st_mtime_ns)
     with contextlib.suppress(OSError):
         stamps.append(os.stat(real).st_mtime_ns)
-    return f"{real}@{max(stamps) if stamps else 0}"
+    return f"{real}@{'.'.join(str(t) for t in stamps) or 0}"
 
 
 def _text(v: object) -> str | None:
@@ -250,7 +250,10 @@ class Upgrades:
         if promoted.get("python") == python:
             return python, False
         if python == self.interpreter(config):
-            return None, False  # the configured release already is that venv
+            # the configured release already is that venv: a request for it is done
+            with contextlib.suppress(OSError):
+                request_path(config).unlink()
+            return None, False
         identity = venv_identity(python)
         last = next((r for r in reversed(self.book["releases"]) if r.get("python") == python), None)
         if last is not None and last.get("verdict") != "promoted" and not retry and (
@@ -290,9 +293,11 @@ class Upgrades:
         self.sup.metrics.set_upgrade(v.word, a.plan.candidate, v.tps_ratio)
         self.pending = None  # judged: a rollback that follows records nothing more
         if v.promote:
+            # `upgrade --now`'s request stays: it names the promoted release for later starts
             self.book["promoted"] = {"python": a.plan.python, "version": a.plan.candidate,
                                      "from": a.plan.current, "at": time.time()}
             save(self.path, self.book)
+            return
         with contextlib.suppress(OSError):
             request_path(self.sup.config).unlink()
 

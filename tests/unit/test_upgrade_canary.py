@@ -159,6 +159,18 @@ def test_a_slower_candidate_is_stopped_and_the_current_release_comes_back() -> N
     assert "upgrade candidate" in logs[0].fields["hint"]
 
 
+def test_a_failed_fidelity_check_at_ready_rolls_back_a_faster_candidate() -> None:
+    run = Run()
+    run.candidate_started()
+    run.feed(WeightsLoadBegan(1, "TP0", 1.0), CaptureBegan(2, "TP0", "target", "decode", "full"),
+             CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.5),
+             HttpUp(4, None, "127.0.0.1", 30000), ServerReady(5, None))
+    acts = run.feed(ProbeOk(200.0, 0.1, fidelity="fail"))
+    judged = kinds(acts, CanaryJudged)
+    assert not judged[0].verdict.promote and judged[0].verdict.fidelity == "fail"
+    assert StopEngine("canary_rejected") in acts
+
+
 def test_a_candidate_that_fails_to_start_rolls_back_without_walking_the_ladder() -> None:
     run = Run()
     run.candidate_started()

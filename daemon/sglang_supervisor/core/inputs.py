@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sglang_supervisor.core.canary import CanaryPlan
+from sglang_supervisor.core.canary import FIDELITY_NOT_CHECKED, CanaryPlan
 from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import EngineEvent
 from sglang_supervisor.core.readiness import CaptureKey
@@ -98,6 +98,9 @@ class TimerFired:
 class ProbeOk:
     tok_s: float | None
     ttft_s: float | None = None
+    # The upgrade canary's fidelity hook (core/canary.py): "pass"/"fail" once a check compares
+    # the candidate's answers with the current release's; until then "not_checked".
+    fidelity: str = FIDELITY_NOT_CHECKED
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ class StartingLifecycle(LifecycleBase):
         acts: list[Action] = [*self._cancel_timers()]
         if self._canary is not None:
             plan = self._canary
-            verdict = judge(plan, inp.tok_s, inp.ttft_s)
+            verdict = judge(plan, inp.tok_s, inp.ttft_s, inp.fidelity)
             acts.append(CanaryJudged(self.profile or "", plan, verdict))
             acts.append(Log("upgrade.verdict", "info" if verdict.promote else "error", {
                 "profile": self.profile, "current": plan.current, "candidate": plan.candidate,

@@ -126,9 +126,7 @@ class Reloader:
             self.refuse(why[:300], "invalid", report=str(exc))
             return
         # From here on nothing is awaited: the reload is applied whole, or not at all.
-        if canary is not None and sup.lifecycle.phase not in UP_PHASES:
-            self.refuse("an upgrade canary needs a serving engine to compare with and to return "
-                        "to; reload again once it serves", "not_serving")
+        if not self._canary_may_start(canary):
             return
         config = prepared.config
         current = sup.lifecycle.profile
@@ -157,9 +155,7 @@ class Reloader:
         self.last = {"result": "applied", "at": time.time(), "seq": self.seq, "changed": keys[:50],
                      "restarts_engine": changed}
         sup.metrics.reload_result("applied")
-        if canary is not None:
-            sup.upgrades.begin(canary)
-        sup.feed(ReloadRequested(changed, sup.settings(first_run=False), canary))
+        sup.feed(ReloadRequested(changed, sup.settings(first_run=False), sup.upgrades.begin(canary)))
         self._keep_for_rollback(before, armed)
         if not changed and current and sup.fp != old_fp and sup.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
@@ -170,6 +166,14 @@ class Reloader:
             sup.publish_active(current)
         if probe_changed and not changed:
             sup.serving.probe_settings_changed()
+
+    def _canary_may_start(self, canary: CanaryPlan | None) -> bool:
+        """A canary needs a serving engine: one to compare with, and to return to."""
+        if canary is None or self.sup.lifecycle.phase in UP_PHASES:
+            return True
+        self.refuse("an upgrade canary needs a serving engine to compare with and to return to; "
+                    "reload again once it serves", "not_serving")
+        return False
 
     def _keep_for_rollback(self, before: tuple[Config, Prepared, str], armed: bool) -> None:
         """The lifecycle arms a rollback when this reload restarts a serving engine: what ran

@@ -274,12 +274,16 @@ class Upgrades:
                           if ref else None,
                           sup.config.upgrade.min_tps_ratio, sup.config.upgrade.max_ttft_ratio)
 
-    def begin(self, plan: CanaryPlan) -> None:
+    def begin(self, plan: CanaryPlan | None) -> CanaryPlan | None:
+        """A canary starts (`plan`; None: a plain reload): say so, and hand it on."""
+        if plan is None:
+            return None
         self.pending = plan
         log.warning("upgrade.canary_begin", current=plan.current, candidate=plan.candidate,
                     python=plan.python, reference_tok_s=plan.reference.tok_s if plan.reference
                     else None, profile=plan.reference.profile if plan.reference else None)
         self.sup.metrics.set_upgrade("in_progress", plan.candidate)
+        return plan
 
     def refused(self, python: str, version: str, reason: str) -> None:
         """The candidate cannot run the tuned profile: rolled back before any start."""

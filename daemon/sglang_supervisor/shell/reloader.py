@@ -119,11 +119,7 @@ class Reloader:
                 return
             prepared, new_fp, canary = read
         except ConfigError as exc:
-            # A broken file must not take a healthy engine down: keep running what we have.
-            first = exc.problems[0] if exc.problems else None
-            why = f"{len(exc.problems)} configuration problem(s)" + (
-                f", first: {first.path or 'file'}: {first.problem}" if first else "")
-            self.refuse(why[:300], "invalid", report=str(exc))
+            self._refuse_invalid(exc)
             return
         # From here on nothing is awaited: the reload is applied whole, or not at all.
         if not self._canary_may_start(canary):
@@ -166,6 +162,16 @@ class Reloader:
             sup.publish_active(current)
         if probe_changed and not changed:
             sup.serving.probe_settings_changed()
+
+    def _refuse_invalid(self, exc: ConfigError) -> None:
+        """A broken file must not take a healthy engine down: keep running what we have (a
+        candidate that cannot run the tuned profile is remembered as refused)."""
+        if isinstance(exc, upgradecheck.CandidateRefused):
+            self.sup.upgrades.refused(exc.python, exc.version, exc.reason)
+        first = exc.problems[0] if exc.problems else None
+        why = f"{len(exc.problems)} configuration problem(s)" + (
+            f", first: {first.path or 'file'}: {first.problem}" if first else "")
+        self.refuse(why[:300], "invalid", report=str(exc))
 
     def _canary_may_start(self, canary: CanaryPlan | None) -> bool:
         """A canary needs a serving engine: one to compare with, and to return to."""

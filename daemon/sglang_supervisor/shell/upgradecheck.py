@@ -27,6 +27,17 @@ log = structlog.get_logger("sglang_supervisor")
 _KEY_FILE_PATH = "/run/sglang-supervisor/engine-config.yaml"  # displayed only, never written
 
 
+class CandidateRefused(ConfigError):
+    """The candidate cannot run the tuned profile: the reload is refused before anything stops,
+    and the loop records the verdict (`Upgrades.refused`; not from the reading thread)."""
+
+    def __init__(self, python: str, version: str, reason: str) -> None:
+        super().__init__([ConfigProblem("engine.candidate.python", reason,
+                                        "run sglang-supervisor upgrade --check and fix the tuned "
+                                        "profile for the candidate")], "upgrade canary")
+        self.python, self.version, self.reason = python, version, reason
+
+
 def check_candidate(config: Config, current: str, python: str,
                     environ: Mapping[str, str] | None = None) -> UpgradePlan:
     """What moving `config` from release `current` to the one installed beside `python` changes.
@@ -59,12 +70,9 @@ def candidate_for_reload(sup: Supervisor, config: Config, python: str
     plan = check_candidate(config, sup.prep.version, python)
     if plan.blocked:
         reason = plan.blocked_reason or "the tuned profile cannot run on the candidate"
-        sup.upgrades.refused(python, plan.candidate, reason)
         log.error("upgrade.refused", candidate=plan.candidate, python=python, reason=reason,
                   hint="nothing was stopped; `sglang-supervisor upgrade --check` shows the fix")
-        raise ConfigError([ConfigProblem("engine.candidate.python", reason,
-                                         "run sglang-supervisor upgrade --check and fix the "
-                                         "tuned profile for the candidate")], "upgrade canary")
+        raise CandidateRefused(python, plan.candidate, reason)
     for p in plan.profiles:
         if not p.unchanged:
             log.info("upgrade.profile_change", profile=p.profile, expressible=p.expressible,

@@ -76,6 +76,27 @@ def build_parser() -> argparse.ArgumentParser:
                    "last good profile, so the next start climbs the ladder from the top)")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser(
+        "upgrade", help="check a candidate SGLang release (a second venv) against every profile, "
+        "then let the running daemon put it on trial: promoted if it measures as well, else "
+        "rolled back",
+        epilog="exit status: 0 the candidate can run the tuned profile (and, with --now, the "
+        "daemon was asked), 78 it cannot (the fix is printed) or a configuration error, 2 no "
+        "candidate named, 1 the request cannot be written")
+    _add_config(p)
+    p.add_argument("--to", metavar="PYTHON",
+                   help="the candidate venv's interpreter, e.g. /opt/sglang-NEW/bin/python "
+                   "(default: engine.candidate.python)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="only print what changes per profile (the default)")
+    mode.add_argument("--now", action="store_true",
+                      help="then ask the running daemon to run the canary (SIGHUP)")
+    mode.add_argument("--retry", action="store_true",
+                      help="as --now, for a candidate that was rolled back and whose venv did "
+                      "not change since")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("check", help="validate a configuration (exit 0 or 78)")
     _add_config(p)
     p.add_argument("--sglang-version", metavar="V",

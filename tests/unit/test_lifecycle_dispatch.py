@@ -33,7 +33,8 @@ def test_every_input_type_is_in_the_union() -> None:
 def test_every_action_type_is_in_the_union() -> None:
     members = set(typing.get_args(actions.Action))
     assert members == _dataclasses_of(actions)
-    assert len(members) == 15  # RollBack: a reloaded command that failed before READY
+    assert len(members) == 16  # RollBack: a reloaded command that failed before READY;
+    # CanaryJudged: an upgrade candidate's verdict at READY (issue 24)
 
 
 def test_every_engine_event_is_handled_or_knowingly_ignored() -> None:
@@ -47,7 +48,8 @@ def test_every_engine_event_is_handled_or_knowingly_ignored() -> None:
 def test_the_enums_keep_the_strings_on_disk_and_in_labels() -> None:
     assert [r.value for r in StopReason] == [
         "signal", "reload", "regression", "gpu_busy", "hang", "start_timeout", "wedged",
-        "probe_hung", "probe_failed", "capture_missing", "failed", "log_on_stdout"]
+        "probe_hung", "probe_failed", "capture_missing", "failed", "log_on_stdout",
+        "canary_rejected"]
     assert [o.value for o in Outcome] == ["running", "ready", "failed", "crashed", "stopped"]
     assert [c.value for c in RestartCause] == ["regression", "reload", "rollback"]
     # They print as their values (a plain (str, Enum) prints "StopReason.SIGNAL" on 3.11).
@@ -57,7 +59,7 @@ def test_the_enums_keep_the_strings_on_disk_and_in_labels() -> None:
 
 def test_planned_stops_are_the_drained_ones() -> None:
     assert {r for r in StopReason if r.planned} == {StopReason.SIGNAL, StopReason.RELOAD,
-                                                    StopReason.REGRESSION}
+                                                    StopReason.REGRESSION, StopReason.CANARY}
     assert planned(StopReason.RELOAD) and planned("regression") and not planned(StopReason.HANG)
 
 

@@ -55,7 +55,8 @@ def test_liveness_is_the_loop_heartbeat() -> None:
 
 
 def test_planned_stops_are_the_graceful_ones() -> None:
-    assert {"signal", "reload", "regression"} == PLANNED_STOPS
+    # canary_rejected: an upgrade candidate that serves but measured worse is drained as well
+    assert {"signal", "reload", "regression", "canary_rejected"} == PLANNED_STOPS
     assert planned("signal") and planned("reload") and planned("regression")
     for failure in ("wedged", "hang", "start_timeout", "probe_hung", "probe_failed", "gpu_busy", "failed"):
         assert not planned(failure)

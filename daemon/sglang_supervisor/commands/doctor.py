@@ -46,7 +46,7 @@ from sglang_supervisor.engine.api import (
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.engine.sglang import known_versions
-from sglang_supervisor.shell import gpu, ports
+from sglang_supervisor.shell import gpu, ports, upgrades
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
 
@@ -513,6 +513,8 @@ def build_report(args: argparse.Namespace) -> Report:
                 report.findings += unit[0]
                 report.host["unit"] = unit[1]
             report.findings = audit.collapse_common(report.findings, config.profile_names)
+            report.findings += audit.release_findings(upgrades.load(upgrades.releases_path(config)),
+                                                      config.engine.candidate.python)
         except ConfigError as e:  # e.g. a profile whose `extends` chain cannot render
             for p in e.problems:
                 report.findings.append(

@@ -24,6 +24,7 @@ from sglang_supervisor.shell.configfile import load_config, logging_config_probl
 from sglang_supervisor.shell.grouplink import WorkerNode
 from sglang_supervisor.shell.logsetup import LogFormat, configure_logging, shutdown_logging
 from sglang_supervisor.shell.supervisor import Options, Prepared, Supervisor, capture_keys, prepare
+from sglang_supervisor.shell.upgrades import startup_config
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -47,6 +48,7 @@ def load_and_prepare(path: str, log_format: LogFormat | None) -> Prepared:
     clashes, _ = host_problems(config, path)
     for c in clashes:
         log.warning("host.clash", path=path, key=c.path, problem=c.problem, fix=c.fix)
+    config = startup_config(config)  # a candidate the upgrade canary promoted keeps serving
     prepared = prepare(config, detect_engine_version(config))
     # check only warns about SGLANG_LOGGING_CONFIG_PATH; run reads the file it will start with
     errors, more = logging_config_problems(

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sglang_supervisor.core.canary import CanaryPlan, Verdict
 from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -109,6 +110,16 @@ class RollBack:
 
 
 @dataclass(frozen=True)
+class CanaryJudged:
+    """An upgrade canary's verdict at its READY probe: the shell remembers it (the release
+    history), publishes it (/status, metrics, STATUS=) and, when promoted, keeps the candidate."""
+
+    profile: str
+    plan: CanaryPlan
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
 class Exit:
     code: ExitCode
     reason: str
@@ -140,4 +151,5 @@ Action = (
     | Log
     | WaitTemporary
     | RollBack
+    | CanaryJudged
 )

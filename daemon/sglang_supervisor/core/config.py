@@ -239,6 +239,25 @@ class _ArgsAndEnv(_Strict):
         return v
 
 
+class CandidateSettings(_Strict):
+    """A candidate SGLang release installed beside the current one (its own venv), proven by the
+    upgrade canary (core/canary.py) before it serves."""
+
+    python: str | None = None  # the candidate venv's interpreter, e.g. /opt/sglang-0.5.24/bin/python
+
+    @field_validator("python")
+    @classmethod
+    def _python_path(cls, v: str | None) -> str | None:
+        return None if v is None else _path_text(v, "candidate python")
+
+
+class UpgradeSettings(_Strict):
+    """How much worse than the current release a candidate may measure and still be promoted."""
+
+    min_tps_ratio: Annotated[float, Field(gt=0, le=10)] = 0.98
+    max_ttft_ratio: Annotated[float, Field(gt=0, le=100)] = 1.10
+
+
 class EngineSettings(_ArgsAndEnv):
     # argv prefix that starts SGLang, e.g. ["/opt/sglang/bin/python3", "-m", "sglang.launch_server"]
     # or ["/opt/sglang/bin/sglang", "serve"]. "{python}" stands for the supervisor's own interpreter
@@ -268,6 +287,7 @@ class EngineSettings(_ArgsAndEnv):
     # (least recently used pruned before a launch; 0: no bound).
     cache_dir: str | None = None
     cache_max_gb: Annotated[float, Field(ge=0, le=100_000)] = 20.0
+    candidate: CandidateSettings = Field(default_factory=CandidateSettings)
 
     @field_validator("command")
     @classmethod
@@ -474,6 +494,7 @@ class Config(_Strict):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    upgrade: UpgradeSettings = Field(default_factory=UpgradeSettings)
     state_dir: str = "/var/lib/sglang-supervisor"
     # Where the 0600 SGLang --config file (API key) goes; default $RUNTIME_DIRECTORY or state_dir.
     runtime_dir: str | None = None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sglang_supervisor.core.canary import FIDELITY_NOT_CHECKED, CanaryPlan
 from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import EngineEvent
 from sglang_supervisor.core.readiness import CaptureKey
@@ -97,6 +98,9 @@ class TimerFired:
 class ProbeOk:
     tok_s: float | None
     ttft_s: float | None = None
+    # The upgrade canary's fidelity hook (core/canary.py): "pass"/"fail" once a check compares
+    # the candidate's answers with the current release's; until then "not_checked".
+    fidelity: str = FIDELITY_NOT_CHECKED
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,9 @@ class ReloadRequested:
 
     changed: bool
     settings: Settings | None = None
+    # An upgrade canary (core/canary.py): the changed command runs a candidate SGLang release,
+    # judged at READY against the current release's reference, rolled back when worse.
+    canary: CanaryPlan | None = None
 
 
 RegressionKind = Literal["restart_same", "next_profile", "switch", "keep"]

@@ -124,6 +124,8 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle, ChangingL
     def _on_probe_ok(self, inp: ProbeOk, now: float) -> list[Action]:
         if inp.tok_s is not None:
             self.tok_s = inp.tok_s
+        if inp.ttft_s is not None:
+            self.ttft_s = inp.ttft_s
         if self._first_probe(inp) is FirstProbe.READY:
             return self._ready(inp, now)
         return self._serving_probe_ok(inp, now)
@@ -176,6 +178,10 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle, ChangingL
             self._close_attempt(now, Outcome.FAILED, FailureClass.GPU_BUSY)
             return acts + self._wait_temporary(FailureClass.GPU_BUSY, self._gpu_busy_detail, now,
                                                self.profile, engine_said=False)
+        if reason is StopReason.CANARY and self._rollback is not None:
+            # The candidate served but measured worse: the release that served comes back.
+            self._close_attempt(now, Outcome.STOPPED, None)
+            return acts + self._roll_back(StopReason.CANARY.value, self._canary_reason, now)
         if reason in (StopReason.RELOAD, StopReason.REGRESSION):
             self._close_attempt(now, Outcome.STOPPED, None)
             target = cur.next_profile or self.profile or self._order[0]
@@ -350,6 +356,7 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle, ChangingL
             self._rollback = (self.profile, old_settings)
         self._failed.clear()
         self._crashes.clear()
+        self._canary = inp.canary
         target = self.profile if self.profile in self._order else self._order[0]
         if not self.cur.engine_alive:
             return acts + self._launch(target, StopReason.RELOAD.value, now, 0.0,

@@ -19,6 +19,7 @@ from sglang_supervisor.core.actions import (
     StopEngine,
 )
 from sglang_supervisor.core.attempt import Attempt, AttemptRecord
+from sglang_supervisor.core.canary import CanaryPlan
 from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
@@ -54,6 +55,7 @@ class LifecycleBase:
         self.cur = Attempt()
         self.attempts: list[AttemptRecord] = []
         self.tok_s: float | None = None
+        self.ttft_s: float | None = None  # the last probe's time to first token
         self.ready_sent = False
         self.exit: Exit | None = None
         self._order = ladder_order(settings)
@@ -76,6 +78,9 @@ class LifecycleBase:
         # settings it served under, until the new command is READY. One host's GPUs cannot hold
         # both engines, so "kept" means: put back and relaunched if the new command fails.
         self._rollback: tuple[str, Settings] | None = None
+        # An upgrade canary under way (core/canary.py): judged at the candidate's READY probe.
+        self._canary: CanaryPlan | None = None
+        self._canary_reason = ""  # why the canary was rejected, for the rollback after its stop
 
     # -- public ---------------------------------------------------------------------------
 

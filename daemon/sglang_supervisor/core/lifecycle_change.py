@@ -15,13 +15,15 @@ from sglang_supervisor.core.reasons import RestartCause
 
 
 class ChangingLifecycle(LifecycleBase):
-    def _roll_back(self, failure: FailureClass, message: str, now: float) -> list[Action]:
+    def _roll_back(self, failure: FailureClass | str, message: str, now: float) -> list[Action]:
         """Back to the profile and settings that served before the reload; the shell puts the
         previous configuration back on `RollBack` (before the `Launch` that follows it). Nothing
         is marked bad: the failed command belongs to a configuration that is gone."""
         assert self._rollback is not None
         profile, settings = self._rollback
         self._rollback = None
+        canary, self._canary = self._canary, None
+        why = failure.value if isinstance(failure, FailureClass) else failure
         failed = self.profile or ""
         self.settings = settings
         self._order = ladder_order(settings)
@@ -29,13 +31,17 @@ class ChangingLifecycle(LifecycleBase):
         self._failed.clear()
         self._crashes.clear()
         self._probation = None
+        hint = ("the reloaded configuration failed before READY; the previous one serves "
+                "again. Fix the file (sglang-supervisor check / doctor) and reload")
+        if canary is not None:
+            hint = (f"the upgrade candidate SGLang {canary.candidate} was rolled back; SGLang "
+                    f"{canary.current} serves again. It is not tried again until its venv changes "
+                    "or `upgrade --retry` asks")
         acts: list[Action] = [
             Log("supervisor.reload_rolled_back", "error", {
-                "failed_profile": failed, "failure_class": failure.value, "message": message,
-                "profile": profile,
-                "hint": "the reloaded configuration failed before READY; the previous one serves "
-                        "again. Fix the file (sglang-supervisor check / doctor) and reload"}),
-            RollBack(profile, failure.value, message),
+                "failed_profile": failed, "failure_class": why, "message": message,
+                "profile": profile, "hint": hint}),
+            RollBack(profile, why, message),
         ]
         acts += self._set_phase(Phase.RESTARTING, now)
         return acts + self._launch(profile, "rollback after a failed reload", now,

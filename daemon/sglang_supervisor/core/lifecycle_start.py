@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sglang_supervisor.core.actions import (
     Action,
+    CanaryJudged,
     Log,
     MarkGood,
     NotifyReady,
@@ -15,6 +16,7 @@ from sglang_supervisor.core.actions import (
     RunReadyProbe,
     SetTimer,
 )
+from sglang_supervisor.core.canary import judge
 from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
@@ -183,6 +185,17 @@ class StartingLifecycle(LifecycleBase):
         if rec is not None:
             rec.outcome = Outcome.READY
         acts: list[Action] = [*self._cancel_timers()]
+        if self._canary is not None:
+            plan = self._canary
+            verdict = judge(plan, inp.tok_s, inp.ttft_s, inp.fidelity)
+            acts.append(CanaryJudged(self.profile or "", plan, verdict))
+            acts.append(Log("upgrade.verdict", "info" if verdict.promote else "error", {
+                "profile": self.profile, "current": plan.current, "candidate": plan.candidate,
+                **verdict.to_json()}))
+            if not verdict.promote and self._rollback is not None:
+                self._canary_reason = verdict.reason  # _roll_back clears the canary
+                return acts + self._stop(StopReason.CANARY)
+            self._canary = None
         # No STATUS= of its own: READY=1 carries the status in the same datagram, so systemd
         # never shows "ready" while the unit is still activating.
         acts += [a for a in self._set_phase(Phase.READY, now) if not isinstance(a, NotifyStatus)]

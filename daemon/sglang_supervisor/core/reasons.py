@@ -36,6 +36,7 @@ class StopReason(TextEnum):
     CAPTURE_MISSING = "capture_missing"  # the ready line came before every expected capture
     FAILED = "failed"  # a fatal log line and the engine did not exit within failure_grace_s
     LOG_ON_STDOUT = "log_on_stdout"  # its log goes to stdout: no start can ever be seen
+    CANARY = "canary_rejected"  # an upgrade candidate measured worse than the current release
 
     @property
     def planned(self) -> bool:
@@ -44,7 +45,8 @@ class StopReason(TextEnum):
         return self in PLANNED_STOPS
 
 
-PLANNED_STOPS = frozenset({StopReason.SIGNAL, StopReason.RELOAD, StopReason.REGRESSION})
+PLANNED_STOPS = frozenset({StopReason.SIGNAL, StopReason.RELOAD, StopReason.REGRESSION,
+                           StopReason.CANARY})
 
 
 class Outcome(TextEnum):

@@ -59,7 +59,8 @@ def detect_engine_version(config: Config, timeout_s: float = 30, *, python: str 
     version = config.engine.version
     if version != "auto":
         return version
-    if is_simulator(config):
+    if is_simulator(config) and not config.engine.interpreter:
+        # An explicit interpreter (an upgrade candidate's venv) is asked even for the simulator.
         return simulator_version(config)
     interpreter = engine_interpreter(config, python)
     pin = "set engine.version to the installed release (e.g. \"0.5.23\")"

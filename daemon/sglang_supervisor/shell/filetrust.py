@@ -9,6 +9,7 @@ import os
 from sglang_supervisor.core.config import Config, ConfigProblem
 from sglang_supervisor.core.filetrust import FileFacts, Trusted, trust_problem
 from sglang_supervisor.shell.state import state_file_name
+from sglang_supervisor.shell.upgrades import releases_path, request_path
 
 # Files in the state directory whose content decides something (the lock files decide nothing).
 GATEWAY_RECORD = "gateway.json"
@@ -49,6 +50,10 @@ def untrusted_files(config: Config) -> list[ConfigProblem]:
     for name in dict.fromkeys((state_file_name(config.name), SHARED_STATE, GATEWAY_RECORD)):
         named.append(("state_dir", os.path.join(state_dir, name), "remembered profiles"
                       if name != GATEWAY_RECORD else "the gateway registration"))
+    # The upgrade canary's memory and `upgrade --now`'s request (which names an interpreter the
+    # daemon runs): whoever may write them chooses what the engine runs.
+    named.append(("state_dir", str(releases_path(config)), "the release memory"))
+    named.append(("state_dir", str(request_path(config)), "an upgrade request"))
     for key, path in (("engine.api_key_file", config.engine.api_key_file),
                       ("gateway.api_key_file", config.gateway.api_key_file)):
         if path is not None and os.path.isabs(path):

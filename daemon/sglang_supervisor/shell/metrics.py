@@ -154,6 +154,15 @@ class SupervisorMetrics:
         for result in ("applied", "refused", "rolled_back"):
             self.reloads.labels(result)
         self.reload_ok.set(1)
+        self.upgrade_in_progress = Gauge(f"{NS}_upgrade_in_progress",
+                                         "1 while an upgrade canary runs a candidate SGLang release",
+                                         registry=r)
+        self.upgrade_verdicts = Counter(f"{NS}_upgrade_verdicts",
+                                        "upgrade canary verdicts (promoted, rolled_back, refused, "
+                                        "in_place_ok, in_place_worse)", ["verdict"], registry=r)
+        self.upgrade_tps_ratio = Gauge(f"{NS}_upgrade_tps_ratio",
+                                       "the last canary's decode tok/s over the current release's "
+                                       "(0: not measured)", registry=r)
         self.internal_errors = Counter(
             f"{NS}_internal_errors",
             "exceptions inside the supervisor (its own faults, never a profile's), kept across restarts",
@@ -234,6 +243,13 @@ class SupervisorMetrics:
         label = result if result in ("refused", "rolled_back") else "applied"
         self.reloads.labels(label).inc()
         self.reload_ok.set(1 if label == "applied" else 0)
+
+    def set_upgrade(self, state: str, version: str, tps_ratio: float | None = None) -> None:
+        """An upgrade canary began (`in_progress`), or its verdict (the counter's label)."""
+        self.upgrade_in_progress.set(1 if state in ("in_progress", "in_place") else 0)
+        if state not in ("in_progress", "in_place"):
+            self.upgrade_verdicts.labels(state).inc()
+            self.upgrade_tps_ratio.set(tps_ratio or 0.0)
 
     def set_state(self, phase: str) -> None:
         """Current supervisor phase, one of STATES (others are shown as "other")."""

@@ -20,11 +20,12 @@ import structlog
 
 from sglang_supervisor.core import reloadplan
 from sglang_supervisor.core.actions import RollBack
+from sglang_supervisor.core.canary import CanaryPlan
 from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.inputs import ReloadRequested
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell import reloadcheck
+from sglang_supervisor.shell import reloadcheck, upgradecheck
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.logsetup import set_redactions
 from sglang_supervisor.shell.preflight import Prepared, prepare
@@ -87,8 +88,12 @@ class Reloader:
 
     def with_note(self, text: str) -> str:
         """STATUS= text; after a refused reload it says so until a reload is applied: `systemctl
-        status` is where an operator looks, and the next tok/s refresh must not hide it."""
-        return text if self.note is None else f"{text}; {self.note}"
+        status` is where an operator looks, and the next tok/s refresh must not hide it. An
+        upgrade canary under way says so too."""
+        text = text if self.note is None else f"{text}; {self.note}"
+        upgrades = getattr(self.sup, "upgrades", None)
+        upgrade = upgrades.note() if upgrades is not None else None
+        return text if upgrade is None else f"{text}; {upgrade}"
 
     async def reload(self, requests: int = 1) -> None:
         """Re-read the configuration; the engine restarts only if its command changed."""
@@ -112,15 +117,13 @@ class Reloader:
             read = await self._read_or_give_up(path)
             if read is None:
                 return
-            prepared, new_fp = read
+            prepared, new_fp, canary = read
         except ConfigError as exc:
-            # A broken file must not take a healthy engine down: keep running what we have.
-            first = exc.problems[0] if exc.problems else None
-            why = f"{len(exc.problems)} configuration problem(s)" + (
-                f", first: {first.path or 'file'}: {first.problem}" if first else "")
-            self.refuse(why[:300], "invalid", report=str(exc))
+            self._refuse_invalid(exc)
             return
         # From here on nothing is awaited: the reload is applied whole, or not at all.
+        if not self._canary_may_start(canary):
+            return
         config = prepared.config
         current = sup.lifecycle.profile
         old = sup.prep.renders.get(current) if current else None
@@ -148,7 +151,7 @@ class Reloader:
         self.last = {"result": "applied", "at": time.time(), "seq": self.seq, "changed": keys[:50],
                      "restarts_engine": changed}
         sup.metrics.reload_result("applied")
-        sup.feed(ReloadRequested(changed, sup.settings(first_run=False)))
+        sup.feed(ReloadRequested(changed, sup.settings(first_run=False), sup.upgrades.begin(canary)))
         self._keep_for_rollback(before, armed)
         if not changed and current and sup.fp != old_fp and sup.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
@@ -159,6 +162,24 @@ class Reloader:
             sup.publish_active(current)
         if probe_changed and not changed:
             sup.serving.probe_settings_changed()
+
+    def _refuse_invalid(self, exc: ConfigError) -> None:
+        """A broken file must not take a healthy engine down: keep running what we have (a
+        candidate that cannot run the tuned profile is remembered as refused)."""
+        if isinstance(exc, upgradecheck.CandidateRefused):
+            self.sup.upgrades.refused(exc.python, exc.version, exc.reason)
+        first = exc.problems[0] if exc.problems else None
+        why = f"{len(exc.problems)} configuration problem(s)" + (
+            f", first: {first.path or 'file'}: {first.problem}" if first else "")
+        self.refuse(why[:300], "invalid", report=str(exc))
+
+    def _canary_may_start(self, canary: CanaryPlan | None) -> bool:
+        """A canary needs a serving engine: one to compare with, and to return to."""
+        if canary is None or self.sup.lifecycle.phase in UP_PHASES:
+            return True
+        self.refuse("an upgrade canary needs a serving engine to compare with and to return to; "
+                    "reload again once it serves", "not_serving")
+        return False
 
     def _keep_for_rollback(self, before: tuple[Config, Prepared, str], armed: bool) -> None:
         """The lifecycle arms a rollback when this reload restarts a serving engine: what ran
@@ -192,7 +213,7 @@ class Reloader:
         if self._give_up is not None and not self._give_up.done():
             self._give_up.set_result(why)
 
-    async def _read_or_give_up(self, path: str) -> tuple[Prepared, str] | None:
+    async def _read_or_give_up(self, path: str) -> tuple[Prepared, str, CanaryPlan | None] | None:
         """The new configuration, or None when the reload gave up (and was refused): the
         loop handles nothing else from its inbox meanwhile, so the read is bounded in time and a
         stop signal ends it. Raises ConfigError for a file that is read but invalid."""
@@ -216,13 +237,19 @@ class Reloader:
                     "(a file on a hung mount? a FIFO?)", "timeout")
         return None
 
-    async def _read(self, path: str) -> tuple[Prepared, str]:
+    async def _read(self, path: str) -> tuple[Prepared, str, CanaryPlan | None]:
         """The file read, validated and rendered, and its fingerprint: all off the loop (`version:
         auto` runs the engine's interpreter; NVML may be slow), in one thread."""
         return await off_loop(self._read_blocking, path)
 
-    def _read_blocking(self, path: str) -> tuple[Prepared, str]:
+    def _read_blocking(self, path: str) -> tuple[Prepared, str, CanaryPlan | None]:
         config = load_config(path)
+        python, is_canary = self.sup.upgrades.candidate(config)
+        canary: CanaryPlan | None = None
+        if python is not None:
+            config, canary = upgradecheck.candidate_for_reload(self.sup, config, python)
+            if not is_canary:
+                canary = None
         prepared = prepare(config, self._version(config))  # the catalogue: flags, types, choices
         changed = reloadcheck.changed_profiles(self.sup.prep, prepared)
         problems, why_not = reloadcheck.real_parser_problems(prepared, changed, os.environ)
@@ -231,7 +258,7 @@ class Reloader:
         if why_not is not None and changed:
             log.info("supervisor.reload_parser_skipped", profiles=",".join(changed), why=why_not,
                      hint="the changed profiles were checked against the flag catalogue only")
-        return prepared, self.sup.fingerprint(prepared)
+        return prepared, self.sup.fingerprint(prepared), canary
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:
         """Keep everything as it runs, and say why where operators look: the journal, STATUS=

@@ -37,6 +37,7 @@ from sglang_supervisor import __version__
 from sglang_supervisor.core import gpufacts, wayback
 from sglang_supervisor.core.actions import (
     Action,
+    CanaryJudged,
     CancelTimer,
     Exit,
     Launch,
@@ -88,6 +89,7 @@ from sglang_supervisor.shell.reloader import Reloader
 from sglang_supervisor.shell.runner import EngineRunner
 from sglang_supervisor.shell.serving import Serving
 from sglang_supervisor.shell.timers import Timers
+from sglang_supervisor.shell.upgrades import Upgrades
 
 __all__ = ["Options", "Prepared", "Supervisor", "capture_keys", "decode_log_interval",
            "gateway_key", "ladder_hash", "policy_settings", "port_taken", "prepare",
@@ -144,6 +146,7 @@ class Supervisor:
         self.runner = EngineRunner(self)
         self.serving = Serving(self)
         self.reloader = Reloader(self)
+        self.upgrades = Upgrades(self)  # release memory, the upgrade canary, in-place upgrades
         self._guard = TaskGuard(self._internal_error)
         self.client: httpx.AsyncClient | None = None
         self._metrics_server: MetricsServer | None = None
@@ -225,6 +228,7 @@ class Supervisor:
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": monitor.status() if monitor else None,
             "last_reload": self.reloader.last,
+            "upgrade": self.upgrades.status(),
             "below_best_profile_seconds": round(self._below_best_seconds(), 1),
             "readyz": self.presence.readiness().reason,
             "gateway": self.presence.status(),
@@ -432,7 +436,10 @@ class Supervisor:
             case Exit():
                 self.exit(a)
             case RollBack():
+                self.upgrades.rolled_back(a)
                 self.reloader.roll_back(a)
+            case CanaryJudged():
+                self.upgrades.judged(a)
             case _:
                 assert_never(a)
 
@@ -452,6 +459,7 @@ class Supervisor:
                                 derived=self.runner.derived.get(a.profile))
         self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
         self.metrics.start_attempt(a.profile, "ready")
+        self.upgrades.on_ready(a.profile, self.lifecycle.tok_s, self.lifecycle.ttft_s)
         if a.seconds is not None:
             self.metrics.startup_seconds(a.seconds)
         self.publish_active(a.profile)

@@ -27,6 +27,7 @@ from sglang_supervisor.core.audit.flags import catalog_findings, migration_findi
 from sglang_supervisor.core.audit.host import HostFacts, host_findings
 from sglang_supervisor.core.audit.live import live_findings, live_summary, redact_server_info
 from sglang_supervisor.core.audit.profileaudit import ProfileView, audit_profile
+from sglang_supervisor.core.audit.releases import release_findings
 
 __all__ = [
     "AREAS",
@@ -48,5 +49,6 @@ __all__ = [
     "migration_findings",
     "parser_findings",
     "redact_server_info",
+    "release_findings",
     "sort_findings",
 ]

@@ -1,0 +1,218 @@
+"""The upgrade canary over the simulator (issue 24): a candidate SGLang release in a second "venv"
+(a wrapper interpreter that makes the simulator emulate another release at another speed, with
+an `sglang` distribution of that version on its path) proves itself against the current release
+or is rolled back: a faster one is promoted and keeps serving across a restart, a slower one is
+rolled back and the old release serves again (and it is not retried while its venv is unchanged),
+one that refuses the tuned profile is refused before anything stops (`upgrade --check` exits 78),
+and an in-place upgrade is reported as a canary without a way back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from supervised import Daemon, base_config, free_port, start, stop_cleanly
+
+pytestmark = pytest.mark.integration
+
+CURRENT = "0.5.22"
+CANDIDATE = "0.5.23"
+
+
+def fake_venv(root: Path, version: str, decode_tps: float) -> str:
+    """A venv-shaped directory whose bin/python runs our interpreter as SGLang `version`."""
+    site = root / "site"
+    dist = site / f"sglang-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    (root / "bin").mkdir()
+    python = root / "bin" / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        f"export SGLANG_SIM_VERSION={version} SGLANG_SIM_DECODE_TPS={decode_tps}\n"
+        f'export PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+def current_config(tmp_path: Path) -> tuple[dict[str, Any], str]:
+    data = base_config(tmp_path)
+    data["engine"]["version"] = CURRENT
+    data["engine"]["env"].update({"SGLANG_SIM_VERSION": CURRENT, "SGLANG_SIM_DECODE_TPS": "100"})
+    address = f"127.0.0.1:{free_port()}"
+    data["metrics"] = {"enabled": True, "address": address}
+    return data, address
+
+
+def status(address: str) -> dict[str, Any]:
+    return dict(httpx.get(f"http://{address}/status", timeout=10).json())
+
+
+def upgrade(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sglang_supervisor", "upgrade", "--config",
+                           str(config), *args], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, "PYTHONPATH": os.environ.get(
+                              "PYTHONPATH", "")})
+
+
+def trial(daemons: list[Daemon], tmp_path: Path, decode_tps: float) -> tuple[Daemon, str, str]:
+    data, address = current_config(tmp_path)
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    python = fake_venv(tmp_path / "candidate", CANDIDATE, decode_tps)
+    data["engine"]["candidate"] = {"python": python}
+    d.write_config(data)
+    d.proc.send_signal(signal.SIGHUP)
+    return d, address, python
+
+
+def test_a_faster_candidate_is_promoted_and_keeps_serving_after_a_restart(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    d, address, python = trial(daemons, tmp_path, decode_tps=150)
+    begun = d.event("upgrade.canary_begin")
+    assert begun["current"] == CURRENT and begun["candidate"] == CANDIDATE
+    verdict = d.event("upgrade.verdict")
+    assert verdict["verdict"] == "promoted", verdict
+    assert any(f"upgrade canary: SGLang {CURRENT} -> {CANDIDATE}" in n for n in d.notes), d.notes
+    assert verdict["tps_ratio"] >= 0.98 and verdict["fidelity"] == "not_checked"
+    d.notified("READY=1", count=2)
+    st = status(address)
+    assert st["engine_version"] == CANDIDATE
+    assert st["upgrade"]["promoted"]["python"] == python
+    assert st["upgrade"]["last_verdict"]["verdict"] == "promoted"
+    metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
+    assert 'sglang_supervisor_upgrade_verdicts_total{verdict="promoted"} 1.0' in metrics
+    assert not d.named("supervisor.reload_rolled_back")
+    stop_cleanly(d)
+    # the promoted release is what a restart runs while the configuration names it
+    again = start(daemons, tmp_path, d_config(d))
+    again.notified("READY=1")
+    assert again.event("upgrade.promoted_in_use")["python"] == python
+    assert status(address)["engine_version"] == CANDIDATE
+    stop_cleanly(again)
+
+
+def d_config(d: Daemon) -> dict[str, Any]:
+    import yaml
+    return dict(yaml.safe_load(d.config_path.read_text()))
+
+
+def test_a_slower_candidate_is_rolled_back_and_the_old_release_serves_again(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    d, address, python = trial(daemons, tmp_path, decode_tps=40)
+    verdict = d.event("upgrade.verdict")
+    assert verdict["verdict"] == "rolled_back" and verdict["tps_ratio"] < 0.98, verdict
+    assert "upgrade.min_tps_ratio" in verdict["reason"]
+    rolled = d.event("supervisor.reload_rolled_back")
+    assert rolled["failure_class"] == "canary_rejected" and rolled["profile"] == "tuned"
+    d.notified("READY=1", count=2)  # the old release serves again
+    st = status(address)
+    assert st["engine_version"] == CURRENT
+    assert st["upgrade"]["promoted"] is None
+    assert st["upgrade"]["last_verdict"]["verdict"] == "rolled_back"
+    metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
+    assert 'sglang_supervisor_upgrade_verdicts_total{verdict="rolled_back"} 1.0' in metrics
+    assert 'sglang_supervisor_restarts_total{reason="rollback"} 1.0' in metrics
+    # the same venv is not tried again by the next reload
+    n = len(d.events)
+    d.proc.send_signal(signal.SIGHUP)
+    assert d.event("upgrade.not_retried", after=n)["python"] == python
+    assert not [e for e in d.events[n:] if e.get("event") == "upgrade.canary_begin"]
+    # doctor lists the remembered release and warns about the last verdict
+    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
+                             str(d.config_path), "--json"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    codes = {f["code"]: f for f in json.loads(doctor.stdout)["findings"]}
+    assert "rolled back" in codes["upgrade.last_verdict"]["what"], doctor.stdout[-2000:]
+    assert CANDIDATE in codes["upgrade.release"]["what"]
+    stop_cleanly(d)
+
+
+def test_a_candidate_refusing_the_tuned_flags_is_refused_before_anything_stops(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    data, address = current_config(tmp_path)
+    # a flag of the current release that the candidate removed (tc_piecewise, gone in 0.5.22)
+    data["engine"]["version"] = "0.5.21"
+    data["engine"]["env"]["SGLANG_SIM_VERSION"] = "0.5.21"
+    data["profiles"][0]["args"].pop("enforce-piecewise-cuda-graph", None)
+    data["profiles"][0]["args"]["cuda-graph-backend-prefill"] = "tc_piecewise"
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    engine = d.engine_pids()
+    python = fake_venv(tmp_path / "candidate", CANDIDATE, 150)
+    checked = upgrade(d.config_path, "--to", python, "--check")
+    assert checked.returncode == 78, checked.stdout + checked.stderr
+    assert "profile tuned: REFUSED" in checked.stdout and "fix:" in checked.stdout
+    data["engine"]["candidate"] = {"python": python}
+    d.write_config(data)
+    d.proc.send_signal(signal.SIGHUP)
+    refused = d.event("upgrade.refused")
+    assert refused["candidate"] == CANDIDATE
+    d.event("supervisor.reload_failed")
+    assert d.engine_pids() == engine and not d.named("engine.launch")[1:]
+    assert status(address)["upgrade"]["last_verdict"]["verdict"] == "refused"
+    stop_cleanly(d)
+
+
+def test_upgrade_now_asks_the_running_daemon(daemons: list[Daemon], tmp_path: Path) -> None:
+    data, address = current_config(tmp_path)
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    python = fake_venv(tmp_path / "candidate", CANDIDATE, 150)
+    asked = upgrade(d.config_path, "--to", python, "--now")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert "reloads with the candidate" in asked.stdout
+    assert d.event("upgrade.verdict")["verdict"] == "promoted"
+    d.notified("READY=1", count=2)
+    assert status(address)["engine_version"] == CANDIDATE
+    stop_cleanly(d)
+    # the configuration does not name the candidate: the request does, for later starts
+    again = start(daemons, tmp_path, data)
+    again.notified("READY=1")
+    assert status(address)["engine_version"] == CANDIDATE
+    stop_cleanly(again)
+
+
+def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    data, address = current_config(tmp_path)
+    python = fake_venv(tmp_path / "venv", CURRENT, 100)
+    data["engine"]["command"] = [python, "-m", "sglang_supervisor.simulator"]
+    data["engine"]["version"] = "auto"
+    data["engine"]["interpreter"] = python
+    d = start(daemons, tmp_path, data)
+    d.notified("READY=1")
+    stop_cleanly(d)
+    # `pip install -U` in that same venv: the installed release changes under the same python
+    site = tmp_path / "venv" / "site"
+    (site / f"sglang-{CURRENT}.dist-info").rename(site / f"sglang-{CANDIDATE}.dist-info")
+    (site / f"sglang-{CANDIDATE}.dist-info" / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: sglang\nVersion: {CANDIDATE}\n")
+    text = Path(python).read_text().replace(f"SGLANG_SIM_VERSION={CURRENT}",
+                                            f"SGLANG_SIM_VERSION={CANDIDATE}")
+    Path(python).write_text(text)
+    again = start(daemons, tmp_path, data)
+    loud = again.event("upgrade.in_place")
+    assert loud["old_version"] == CURRENT and loud["new_version"] == CANDIDATE
+    again.notified("READY=1")
+    assert again.event("upgrade.in_place_verdict")["verdict"] in ("in_place_ok", "in_place_worse")
+    st = status(address)["upgrade"]
+    assert st["in_place"]["from"] == CURRENT and st["in_place"]["to"] == CANDIDATE
+    book = (tmp_path / "state" / "demo.releases.json").read_text()
+    assert '"old_release": true' in book  # the old release's numbers stay, marked
+    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
+                             str(again.config_path), "--json"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    codes = {f["code"] for f in json.loads(doctor.stdout)["findings"]}
+    assert "upgrade.in_place" in codes, doctor.stdout[-2000:]
+    stop_cleanly(again)

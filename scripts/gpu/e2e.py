@@ -15,6 +15,8 @@ that this script owns) and checks, from the outside, what it did:
   s9_ab              supervised vs hand-launched decode tok/s, A/B/A/B, on a GPU-bound ~8B dummy model
   s10_regression     a foreign matmul loop on the same GPU: explained once, its end once, no restart
   s12_unexplained    a foreign agent stutters the scheduler (SIGSTOP/SIGCONT): restart, next profile, keep faster
+  s13_captureoom     a foreign holder leaves too little memory for the decode graphs at 512: a real capture
+                     OOM, healed by a derived profile with half the batch (graphs kept), vs the no-graph rung
 
 Writes OUT/report.json, OUT/report.md and OUT/logs.tar.xz. Stdlib + the supervisor package only.
 """
@@ -132,6 +134,64 @@ FAIL_FRACTION = 0.0001
 NOTIFY_WAIT_S = 2.0
 
 
+# Scenario 13: a foreign process on the engine's GPU that, at each decode graph capture begin line
+# of the engine log it tails, takes all free memory but `margin` GB (live free memory, not the
+# logged figure: the engine may already be allocating), and gives it back when that capture ends,
+# the engine fails (its failure lines) or a new start loads weights. Its CUDA context is made
+# first, so the engine's own "avail mem" figures already exclude it (< 1 GiB: not blocking).
+HOLDER = r"""
+import os, re, sys, time, torch
+log, margin_gb, stop = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+torch.zeros(1, device="cuda")
+print("holder ready", flush=True)
+begin = re.compile(r"Capture target decode CUDA graph begin.*avail mem=([\d.]+) GB")
+release = ("Load weight begin", "Capture target decode CUDA graph end", "Capture cuda graph failed",
+           "Scheduler hit an exception", "Received sigquit", "kill_process_tree", "OutOfMemoryError")
+held, pos, buf = None, 0, ""
+def free():
+    global held
+    if held is not None:
+        held = None
+        torch.cuda.empty_cache()
+        print("released", round(time.time(), 3), flush=True)
+while not os.path.exists(stop):
+    try:
+        with open(log, "rb") as f:
+            f.seek(pos)
+            chunk = f.read()
+    except OSError:
+        chunk = b""
+    if not chunk:
+        time.sleep(0.003)
+        continue
+    pos += len(chunk)
+    buf += chunk.decode(errors="replace")
+    *lines, buf = re.split(r"[\r\n]", buf)
+    for line in lines:
+        m = begin.search(line)
+        if m and held is None:
+            for i in range(50):
+                f_, _ = torch.cuda.mem_get_info()
+                want = int(f_ - margin_gb * 2**30)
+                if want <= 0:
+                    break
+                try:
+                    held = torch.empty(want, dtype=torch.uint8, device="cuda")
+                    break
+                except torch.OutOfMemoryError:
+                    time.sleep(0.002)
+            print("grabbed", round(time.time(), 3), "logged_avail_gb", m.group(1), "took_gib",
+                  round((held.numel() if held is not None else 0) / 2**30, 3), "free_after_mib",
+                  round(torch.cuda.mem_get_info()[0] / 2**20, 1), flush=True)
+        elif held is not None and any(r in line for r in release):
+            free()
+free()
+"""
+CAPTURE_MEM = re.compile(r"Capture target decode CUDA graph (?P<state>begin|end)\..*?"
+                         r"(?:bs=\[(?P<bs>[\d, ]*)\].*?)?(?:mem usage=(?P<usage>[\d.]+) GB.*?)?"
+                         r"avail mem=(?P<avail>[\d.]+) GB")
+
+
 # ----------------------------------------------------------------------------- pure helpers
 
 def build_config(*, engine: str, python: str, model: str, port: int, metrics_port: int,
@@ -181,6 +241,40 @@ def build_config(*, engine: str, python: str, model: str, port: int, metrics_por
 # The supervisor logs from a writer thread: its `supervisor.ready` record can reach us a little
 # after READY=1 on the notify socket.
 LOG_LAG_S = 10.0
+
+
+# Scenario 13's ladder: decode graphs up to batch 512 (prefill eager: a start stays ~40 s, the
+# prefill graph's first-use JIT is not what this scenario is about), then the hand-written rung
+# that gives the decode graphs up.
+OOM_MAX_BS = 512
+CAPTUREOOM_PROFILES: list[dict[str, Any]] = [
+    {"name": "graphs-bs512", "description": "Decode CUDA graphs up to batch 512, prefill eager.",
+     "args": {"cuda-graph-max-bs-decode": OOM_MAX_BS, "cuda-graph-backend-prefill": "disabled"}},
+    {"name": "no-graphs", "description": "No CUDA graphs (the written rung below).",
+     "args": {"cuda-graph-backend-prefill": "disabled", "cuda-graph-backend-decode": "disabled"}},
+]
+
+
+def decode_captures(lines: list[tuple[float, str]]) -> list[dict[str, Any]]:
+    """Each decode graph capture line of an engine log, in order: state, the batch sizes (begin),
+    mem usage (end) and avail mem, as SGLang 0.5.17 prints them."""
+    out: list[dict[str, Any]] = []
+    for t, text in lines:
+        m = CAPTURE_MEM.search(text)
+        if m:
+            bs = [int(x) for x in m["bs"].split(",") if x.strip()] if m["bs"] else []
+            out.append({"t": t, "state": m["state"], "max_bs": max(bs) if bs else None,
+                        "usage_gb": float(m["usage"]) if m["usage"] else None,
+                        "avail_gb": float(m["avail"])})
+    return out
+
+
+def oom_margin_gb(usage_gb: float | None, override: float | None) -> float | None:
+    """What the holder leaves free: the flag's value, else a third of the calibrated decode
+    capture's mem usage (so the capture at batch 512 cannot fit, a smaller one may)."""
+    if override is not None:
+        return override
+    return usage_gb / 3 if usage_gb else None
 
 
 def fail_profiles() -> list[dict[str, Any]]:
@@ -1351,6 +1445,149 @@ class E2E:
             sup.close()
         self.record("s12_unexplained", checks, res)
 
+    # -- scenario 13 -----------------------------------------------------------------------------
+
+    def s13_captureoom(self) -> None:
+        """Issue 25 on the GPU: a real decode graph capture OOM, caused by a foreign process that
+        leaves only M GB free when the capture begins, healed by a derived profile (half the max
+        batch, decode graphs kept) instead of the written no-graph rung; both measured."""
+        name = "s13_captureoom"
+        need = 200 if self.real else 30
+        if self.left() < need:
+            self.skip(name, f"budget: {self.left():.0f} s left, {need} s needed")
+            return
+        numbers: dict[str, Any] = {}
+        checks: list[dict[str, Any]] = []
+        calib = self._captureoom_calibrate(numbers, checks)
+        margin = oom_margin_gb(calib.get("usage_gb"), self.o.oom_margin_gb)
+        numbers["margin_gb"] = margin
+        if margin is None and self.real:
+            checks.append(check("calibration read the decode capture's mem usage", False, calib))
+            self.record(name, checks, numbers)
+            return
+        derived_tps = self._captureoom_supervised(margin or 0.0, numbers, checks)
+        cfg = self.config("captureoom-written", profiles=CAPTUREOOM_PROFILES)
+        written = self.hand_launch(cfg, profile="no-graphs", log_name="captureoom-written-engine.log",
+                                   runs=3)
+        numbers["written_no_graphs"] = written
+        written_tps = (written.get("probe_series") or {}).get("median_tok_s")
+        checks.append(check("the written no-graph rung measured", bool(written_tps), written_tps))
+        ratio = round(derived_tps / written_tps, 3) if derived_tps and written_tps else None
+        numbers["derived_over_written"] = ratio
+        numbers["calibrated_bs512_over_written"] = (
+            round(calib["tok_s"] / written_tps, 3) if calib.get("tok_s") and written_tps else None)
+        if self.real:  # the simulator's tok/s model says nothing about graphs vs eager here
+            checks.append(check("derived (decode graphs) faster than the written no-graph rung",
+                                ratio is not None and ratio > 1.0, ratio))
+        self.record(name, checks, numbers,
+                    note=f"holder leaves {margin} GB free at each decode capture begin")
+
+    def _captureoom_calibrate(self, numbers: dict[str, Any], checks: list[dict[str, Any]]
+                              ) -> dict[str, Any]:
+        """(1) graphs-bs512 alone, no interference: its decode capture's memory and tok/s."""
+        cfg = self.config("captureoom-calib", profiles=CAPTUREOOM_PROFILES)
+        log_name = "captureoom-calib-engine.log"
+        res = self.hand_launch(cfg, profile="graphs-bs512", log_name=log_name, runs=3)
+        text = (self.work / log_name).read_text(errors="replace")
+        caps = decode_captures([(0.0, x) for x in re.split(r"[\r\n]", text)])
+        begin = next((c for c in caps if c["state"] == "begin"), {})
+        end = next((c for c in caps if c["state"] == "end"), {})
+        calib = {"ready_after_s": res.get("ready_after_s"), "error": res.get("error"),
+                 "tok_s": (res.get("probe_series") or {}).get("median_tok_s"),
+                 "max_bs": begin.get("max_bs"), "avail_gb": begin.get("avail_gb"),
+                 "usage_gb": end.get("usage_gb")}
+        numbers["calibration"] = calib
+        # SGLang's batch list may stop a little short of the flag; above half of it is what matters.
+        checks.append(check(f"calibration: graphs-bs512 ready, decode graphs above batch {OOM_MAX_BS // 2}",
+                            bool(res.get("ready_after_s")) and (calib["max_bs"] or 0) > OOM_MAX_BS // 2
+                            and calib["usage_gb"] is not None, calib))
+        return calib
+
+    def _captureoom_supervised(self, margin: float, numbers: dict[str, Any],
+                               checks: list[dict[str, Any]]) -> float | None:
+        """(2) the supervised ladder with the holder on the GPU: capture_oom, derived, READY."""
+        profiles = json.loads(json.dumps(CAPTUREOOM_PROFILES))
+        if not self.real:  # the simulator's OOM, only at batch 512 (the holder needs a GPU)
+            profiles[0]["env"] = {"SGLANG_SIM_FAULTS": "capture-fail:decode:oom"
+                                                       f"+when=--cuda-graph-max-bs-decode={OOM_MAX_BS}"}
+        cfg = self.config("captureoom", profiles=profiles)
+        cfg["restart"]["derived_steps"] = 6  # 512 -> 8 at most: the floor bounds it anyway
+        work = self.work / "captureoom"
+        work.mkdir(parents=True, exist_ok=True)
+        stop_file = work / "holder.stop"
+        holder = None
+        holder_log = (work / "holder.log").open("w")
+        if self.real:
+            holder = subprocess.Popen([self.o.engine_python, "-c", HOLDER, cfg["engine"]["log_file"],
+                                       f"{margin:.4f}", str(stop_file)],
+                                      stdout=holder_log, stderr=subprocess.STDOUT, start_new_session=True)
+            t_h = time.time()
+            while time.time() - t_h < 60 and "holder ready" not in (work / "holder.log").read_text():
+                time.sleep(0.2)
+        sup = SupervisorRun(self.o.python, cfg, work, "captureoom")
+        tps = None
+        try:
+            ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - 80)
+            if ready:
+                sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
+            if ready:
+                series = probe_series(sup.engine_url, 3, self.nvml.sm_clock_mhz)
+                tps = series["median_tok_s"]
+                numbers["derived_probe_series"] = series
+            self._captureoom_checks(sup, ready, tps, numbers, checks)
+            numbers["sigterm"] = sup.stop(60)
+        finally:
+            sup.close()
+            stop_file.touch()
+            if holder is not None:
+                try:
+                    holder.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(holder.pid, signal.SIGKILL)
+                    holder.wait(10)
+            holder_log.close()
+        numbers["holder"] = (work / "holder.log").read_text()[-2000:]
+        if self.real:
+            checks.append(check("the holder took the memory at a decode capture begin",
+                                "grabbed" in numbers["holder"], numbers["holder"][-400:]))
+        return tps
+
+    def _captureoom_checks(self, sup: SupervisorRun, ready: bool, tps: float | None,
+                           numbers: dict[str, Any], checks: list[dict[str, Any]]) -> None:
+        failed = sup.named("engine.failed")
+        derived = [d for _, d in sup.named("profile.derived")]
+        readies = sup.named("supervisor.ready")
+        spawned = [d.get("profile") for _, d in sup.named("engine.spawned")]
+        ready_profile = readies[0][1].get("profile") if readies else None
+        first = failed[0][1] if failed else {}
+        numbers.update({"failed": [d for _, d in failed], "derived": derived, "spawned": spawned,
+                        "ready_profile": ready_profile, "derived_tok_s": tps,
+                        "status_attempts": sup.status().get("attempts")})
+        checks.append(check("attempt 1 (graphs-bs512) failed with capture_oom",
+                            first.get("profile") == "graphs-bs512"
+                            and first.get("failure_class") == "capture_oom", first))
+        checks.append(check("the failure is SGLang's capture OOM text",
+                            "out of memory" in str(first.get("message", "")).lower()
+                            or "Capture cuda graph failed" in str(first.get("message", "")),
+                            str(first.get("message", ""))[:300]))
+        checks.append(check("profile.derived: graphs-bs512 -> graphs-bs512-graph-bs-256 first",
+                            bool(derived) and derived[0].get("to_profile") == "graphs-bs512-graph-bs-256"
+                            and derived[0].get("change") == "--cuda-graph-max-bs-decode 512 -> 256",
+                            derived[:1]))
+        checks.append(check("READY on a derived profile (not the written no-graph rung)",
+                            ready and str(ready_profile).startswith("graphs-bs512-graph-bs-")
+                            and "no-graphs" not in spawned, {"ready": ready_profile, "spawned": spawned}))
+        # The serving engine's own capture lines: decode graphs on, at the derived max batch.
+        lines = sup.tail.lines
+        loads = [i for i, (_, x) in enumerate(lines) if "Load weight begin" in x]
+        last = decode_captures(lines[loads[-1]:] if loads else lines)
+        want = int(str(ready_profile).rsplit("-", 1)[-1]) if ready_profile and ready else None
+        begin = next((c for c in last if c["state"] == "begin"), {})
+        checks.append(check("the serving engine captured decode graphs at the derived max batch",
+                            want is not None and want // 2 < (begin.get("max_bs") or 0) <= want
+                            and any(c["state"] == "end" for c in last), {"want": want, "captures": last}))
+        checks.append(check("derived tok/s measured", bool(tps), tps))
+
     # -- scenario 6 ------------------------------------------------------------------------------
 
     def s6_tune(self) -> None:
@@ -1520,7 +1757,7 @@ class E2E:
         order = {"main": self.main_run, "fallback": self.s3_fallback, "tune": self.s6_tune,
                  "pipe": self.s2b_pipe, "hand": self.s2a_hand_first, "seed": self.s7_seed_shape,
                  "systemd": self.s8_systemd, "ab": self.s9_ab, "regress": self.s10_regression,
-                 "unexplained": self.s12_unexplained,
+                 "unexplained": self.s12_unexplained, "captureoom": self.s13_captureoom,
                  "multinode": self.s11_multinode}
         for name in self.o.only.split(","):
             try:
@@ -1593,7 +1830,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default=None,
                    help="comma-separated, in order: main,fallback,pipe,tune,hand,seed,systemd,ab,regress,"
-                        "unexplained,multinode "
+                        "unexplained,captureoom,multinode "
                         "(default: main,fallback,pipe,tune; with --nnodes 2: multinode)")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--ab-model", choices=["big", "seed"], default="big",
@@ -1605,6 +1842,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seed scenarios: comma-separated flags taken out of every qwen.yaml profile")
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
+    p.add_argument("--oom-margin-gb", type=float, default=None,
+                   help="captureoom: GB the holder leaves free at a decode capture begin (default: a third "
+                        "of the calibrated capture's mem usage)")
     p.add_argument("--nnodes", type=int, default=1,
                    help="2: the multi-node scenario, two supervisors on one host, --tp/2 GPUs each")
     p.add_argument("--dist-init-addr", default="127.0.0.1",

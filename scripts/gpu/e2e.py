@@ -15,8 +15,8 @@ that this script owns) and checks, from the outside, what it did:
   s9_ab              supervised vs hand-launched decode tok/s, A/B/A/B, on a GPU-bound ~8B dummy model
   s10_regression     a foreign matmul loop on the same GPU: explained once, its end once, no restart
   s12_unexplained    a foreign agent stutters the scheduler (SIGSTOP/SIGCONT): restart, next profile, keep faster
-  s13_captureoom     a foreign holder leaves too little memory for the decode graphs at 512: a real capture
-                     OOM, healed by a derived profile with half the batch (graphs kept), vs the no-graph rung
+  s13_captureoom     a foreign holder leaves memory for decode graphs up to 256, not 512: a real capture OOM,
+                     healed by a derived profile with half the batch (graphs kept), vs the no-graph rung
 
 Writes OUT/report.json, OUT/report.md and OUT/logs.tar.xz. Stdlib + the supervisor package only.
 """
@@ -134,27 +134,34 @@ FAIL_FRACTION = 0.0001
 NOTIFY_WAIT_S = 2.0
 
 
-# Scenario 13: a foreign process on the engine's GPU that, at each decode graph capture begin line
-# of the engine log it tails, takes all free memory but `margin` GB (live free memory, not the
-# logged figure: the engine may already be allocating), and gives it back when that capture ends,
-# the engine fails (its failure lines) or a new start loads weights. Its CUDA context is made
-# first, so the engine's own "avail mem" figures already exclude it (< 1 GiB: not blocking).
+# Scenario 13: a foreign process on the engine's GPU that tails the engine log. At `Memory pool
+# end` (the last line before the decode graph runner allocates its max-batch-sized state and
+# captures) it either measures (mode `measure`: free memory then, and the lowest free memory it
+# sees, polling every millisecond, until the decode capture ends: what that start's graphs needed)
+# or takes all free memory but `margin` bytes (mode `hold`; live free memory, so what the engine
+# already took counts) and gives it back when the capture ends, the engine fails (its failure
+# lines) or a new start loads weights. Its CUDA context is made first, so the engine's own figures
+# already exclude it (< 1 GiB: not the supervisor's "GPU busy").
 HOLDER = r"""
 import os, re, sys, time, torch
-log, margin_gb, stop = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+log, mode, margin, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 torch.zeros(1, device="cuda")
-print("holder ready", flush=True)
-begin = re.compile(r"Capture target decode CUDA graph begin.*avail mem=([\d.]+) GB")
+print("holder ready", mode, flush=True)
+arm = "Memory pool end"
 release = ("Load weight begin", "Capture target decode CUDA graph end", "Capture cuda graph failed",
            "Scheduler hit an exception", "Received sigquit", "kill_process_tree", "OutOfMemoryError")
-held, pos, buf = None, 0, ""
+held, pos, buf, watch = None, 0, "", None
+def mem():
+    return torch.cuda.mem_get_info()[0]
 def free():
     global held
     if held is not None:
         held = None
         torch.cuda.empty_cache()
-        print("released", round(time.time(), 3), flush=True)
+        print("released", round(time.time(), 3), "free_mib", round(mem() / 2**20, 1), flush=True)
 while not os.path.exists(stop):
+    if watch is not None:
+        watch[1] = min(watch[1], mem())
     try:
         with open(log, "rb") as f:
             f.seek(pos)
@@ -162,17 +169,17 @@ while not os.path.exists(stop):
     except OSError:
         chunk = b""
     if not chunk:
-        time.sleep(0.003)
+        time.sleep(0.001 if watch is not None else 0.002)
         continue
     pos += len(chunk)
     buf += chunk.decode(errors="replace")
     *lines, buf = re.split(r"[\r\n]", buf)
     for line in lines:
-        m = begin.search(line)
-        if m and held is None:
+        if arm in line and mode == "measure":
+            watch = [mem(), mem()]
+        elif arm in line and held is None:
             for i in range(50):
-                f_, _ = torch.cuda.mem_get_info()
-                want = int(f_ - margin_gb * 2**30)
+                want = mem() - margin
                 if want <= 0:
                     break
                 try:
@@ -180,13 +187,18 @@ while not os.path.exists(stop):
                     break
                 except torch.OutOfMemoryError:
                     time.sleep(0.002)
-            print("grabbed", round(time.time(), 3), "logged_avail_gb", m.group(1), "took_gib",
-                  round((held.numel() if held is not None else 0) / 2**30, 3), "free_after_mib",
-                  round(torch.cuda.mem_get_info()[0] / 2**20, 1), flush=True)
+            print("grabbed", round(time.time(), 3), "took_gib",
+                  round((held.numel() if held is not None else 0) / 2**30, 3),
+                  "free_after_mib", round(mem() / 2**20, 1), flush=True)
+        elif "Capture target decode CUDA graph end" in line and watch is not None:
+            watch[1] = min(watch[1], mem())
+            print("measured need_bytes", watch[0] - watch[1], "free_at_pool_end", watch[0], flush=True)
+            watch = None
         elif held is not None and any(r in line for r in release):
             free()
 free()
 """
+MEASURED = re.compile(r"measured need_bytes (?P<need>-?\d+)")
 CAPTURE_MEM = re.compile(r"Capture target decode CUDA graph (?P<state>begin|end)\..*?"
                          r"(?:bs=\[(?P<bs>[\d, ]*)\].*?)?(?:mem usage=(?P<usage>[\d.]+) GB.*?)?"
                          r"avail mem=(?P<avail>[\d.]+) GB")
@@ -253,6 +265,9 @@ CAPTUREOOM_PROFILES: list[dict[str, Any]] = [
     {"name": "no-graphs", "description": "No CUDA graphs (the written rung below).",
      "args": {"cuda-graph-backend-prefill": "disabled", "cuda-graph-backend-decode": "disabled"}},
 ]
+# Calibration only: what the derived profile's first step will need.
+CALIBRATE_HALF = {"name": "graphs-bs256", "description": "Decode CUDA graphs up to batch 256.",
+                  "args": {"cuda-graph-max-bs-decode": OOM_MAX_BS // 2, "cuda-graph-backend-prefill": "disabled"}}
 
 
 def decode_captures(lines: list[tuple[float, str]]) -> list[dict[str, Any]]:
@@ -269,12 +284,16 @@ def decode_captures(lines: list[tuple[float, str]]) -> list[dict[str, Any]]:
     return out
 
 
-def oom_margin_gb(usage_gb: float | None, override: float | None) -> float | None:
-    """What the holder leaves free: the flag's value, else a third of the calibrated decode
-    capture's mem usage (so the capture at batch 512 cannot fit, a smaller one may)."""
-    if override is not None:
-        return override
-    return usage_gb / 3 if usage_gb else None
+def oom_margin_bytes(need_top: int | None, need_half: int | None, override_gb: float | None
+                     ) -> int | None:
+    """What the holder leaves free at `Memory pool end`: the flag's value, else halfway between
+    what the decode graphs needed (measured by the holder in the calibration starts) at batch 512
+    and at 256, so 512 cannot fit and 256 can. None: no such gap was measured."""
+    if override_gb is not None:
+        return int(override_gb * 2**30)
+    if need_top is None or need_half is None or not 0 < need_half < need_top:
+        return None
+    return (need_top + need_half) // 2
 
 
 def fail_profiles() -> list[dict[str, Any]]:
@@ -1449,23 +1468,29 @@ class E2E:
 
     def s13_captureoom(self) -> None:
         """Issue 25 on the GPU: a real decode graph capture OOM, caused by a foreign process that
-        leaves only M GB free when the capture begins, healed by a derived profile (half the max
-        batch, decode graphs kept) instead of the written no-graph rung; both measured."""
+        leaves too little memory for the decode graphs at batch 512 (but enough for 256), healed
+        by a derived profile (half the max batch, decode graphs kept) instead of the written
+        no-graph rung; both measured."""
         name = "s13_captureoom"
-        need = 200 if self.real else 30
+        need = 220 if self.real else 30
         if self.left() < need:
             self.skip(name, f"budget: {self.left():.0f} s left, {need} s needed")
             return
         numbers: dict[str, Any] = {}
         checks: list[dict[str, Any]] = []
-        calib = self._captureoom_calibrate(numbers, checks)
-        margin = oom_margin_gb(calib.get("usage_gb"), self.o.oom_margin_gb)
-        numbers["margin_gb"] = margin
-        if margin is None and self.real:
-            checks.append(check("calibration read the decode capture's mem usage", False, calib))
-            self.record(name, checks, numbers)
-            return
-        derived_tps = self._captureoom_supervised(margin or 0.0, numbers, checks)
+        top = self._captureoom_calibrate("graphs-bs512", numbers, checks)
+        half = (self._captureoom_calibrate("graphs-bs256", numbers, checks)
+                if self.o.oom_margin_gb is None else {})
+        margin = oom_margin_bytes(top.get("need_bytes"), half.get("need_bytes"), self.o.oom_margin_gb)
+        numbers["margin_bytes"] = margin
+        if self.real:
+            checks.append(check("calibration: batch 512 needs more memory than 256 (a margin between)",
+                                margin is not None, {"512": top.get("need_bytes"),
+                                                     "256": half.get("need_bytes")}))
+            if margin is None:
+                self.record(name, checks, numbers)
+                return
+        derived_tps = self._captureoom_supervised(margin or 0, numbers, checks)
         cfg = self.config("captureoom-written", profiles=CAPTUREOOM_PROFILES)
         written = self.hand_launch(cfg, profile="no-graphs", log_name="captureoom-written-engine.log",
                                    runs=3)
@@ -1475,35 +1500,74 @@ class E2E:
         ratio = round(derived_tps / written_tps, 3) if derived_tps and written_tps else None
         numbers["derived_over_written"] = ratio
         numbers["calibrated_bs512_over_written"] = (
-            round(calib["tok_s"] / written_tps, 3) if calib.get("tok_s") and written_tps else None)
+            round(top["tok_s"] / written_tps, 3) if top.get("tok_s") and written_tps else None)
         if self.real:  # the simulator's tok/s model says nothing about graphs vs eager here
             checks.append(check("derived (decode graphs) faster than the written no-graph rung",
                                 ratio is not None and ratio > 1.0, ratio))
         self.record(name, checks, numbers,
-                    note=f"holder leaves {margin} GB free at each decode capture begin")
+                    note=f"holder leaves {margin} bytes free at `Memory pool end` of each start")
 
-    def _captureoom_calibrate(self, numbers: dict[str, Any], checks: list[dict[str, Any]]
+    def _holder(self, log_file: str, mode: str, margin: int, work: Path) -> tuple[Any, Path, Path]:
+        """The foreign holder (real engine only), started and ready before the engine."""
+        work.mkdir(parents=True, exist_ok=True)
+        stop_file, out = work / f"holder-{mode}.stop", work / f"holder-{mode}.log"
+        stop_file.unlink(missing_ok=True)
+        if not self.real:
+            out.write_text("")
+            return None, stop_file, out
+        with out.open("w") as f:
+            proc = subprocess.Popen([self.o.engine_python, "-c", HOLDER, log_file, mode, str(margin),
+                                     str(stop_file)], stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        t = time.time()
+        while time.time() - t < 60 and "holder ready" not in out.read_text() and proc.poll() is None:
+            time.sleep(0.2)
+        return proc, stop_file, out
+
+    @staticmethod
+    def _holder_stop(proc: Any, stop_file: Path) -> None:
+        stop_file.touch()
+        if proc is None:
+            return
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def _captureoom_calibrate(self, profile: str, numbers: dict[str, Any], checks: list[dict[str, Any]]
                               ) -> dict[str, Any]:
-        """(1) graphs-bs512 alone, no interference: its decode capture's memory and tok/s."""
-        cfg = self.config("captureoom-calib", profiles=CAPTUREOOM_PROFILES)
-        log_name = "captureoom-calib-engine.log"
-        res = self.hand_launch(cfg, profile="graphs-bs512", log_name=log_name, runs=3)
-        text = (self.work / log_name).read_text(errors="replace")
+        """(1) `profile` alone, no interference: what its decode graphs need (the holder measures,
+        takes nothing) and, for the 512 one, its tok/s."""
+        cfg = self.config(f"captureoom-calib-{profile}", profiles=[*CAPTUREOOM_PROFILES, CALIBRATE_HALF])
+        log_name = f"captureoom-calib-{profile}-engine.log"
+        log_path = self.work / log_name
+        log_path.unlink(missing_ok=True)
+        proc, stop_file, out = self._holder(str(log_path), "measure", 0, self.work / "captureoom")
+        try:
+            res = self.hand_launch(cfg, profile=profile, log_name=log_name,
+                                   runs=3 if profile == "graphs-bs512" else 1)
+        finally:
+            self._holder_stop(proc, stop_file)
+        text = log_path.read_text(errors="replace")
         caps = decode_captures([(0.0, x) for x in re.split(r"[\r\n]", text)])
         begin = next((c for c in caps if c["state"] == "begin"), {})
         end = next((c for c in caps if c["state"] == "end"), {})
+        m = MEASURED.search(out.read_text())
         calib = {"ready_after_s": res.get("ready_after_s"), "error": res.get("error"),
                  "tok_s": (res.get("probe_series") or {}).get("median_tok_s"),
                  "max_bs": begin.get("max_bs"), "avail_gb": begin.get("avail_gb"),
-                 "usage_gb": end.get("usage_gb")}
-        numbers["calibration"] = calib
+                 "usage_gb": end.get("usage_gb"), "need_bytes": int(m["need"]) if m else None}
+        numbers[f"calibration_{profile}"] = calib
+        want = int(profile.rsplit("bs", 1)[-1])
         # SGLang's batch list may stop a little short of the flag; above half of it is what matters.
-        checks.append(check(f"calibration: graphs-bs512 ready, decode graphs above batch {OOM_MAX_BS // 2}",
-                            bool(res.get("ready_after_s")) and (calib["max_bs"] or 0) > OOM_MAX_BS // 2
-                            and calib["usage_gb"] is not None, calib))
+        checks.append(check(f"calibration: {profile} ready, decode graphs above batch {want // 2} captured",
+                            bool(res.get("ready_after_s")) and want // 2 < (calib["max_bs"] or 0) <= want,
+                            calib))
         return calib
 
-    def _captureoom_supervised(self, margin: float, numbers: dict[str, Any],
+    def _captureoom_supervised(self, margin: int, numbers: dict[str, Any],
                                checks: list[dict[str, Any]]) -> float | None:
         """(2) the supervised ladder with the holder on the GPU: capture_oom, derived, READY."""
         profiles = json.loads(json.dumps(CAPTUREOOM_PROFILES))
@@ -1511,26 +1575,15 @@ class E2E:
             profiles[0]["env"] = {"SGLANG_SIM_FAULTS": "capture-fail:decode:oom"
                                                        f"+when=--cuda-graph-max-bs-decode={OOM_MAX_BS}"}
         cfg = self.config("captureoom", profiles=profiles)
-        cfg["restart"]["derived_steps"] = 6  # 512 -> 8 at most: the floor bounds it anyway
+        cfg["restart"]["derived_steps"] = 3  # 512 -> 64 at most
         work = self.work / "captureoom"
-        work.mkdir(parents=True, exist_ok=True)
-        stop_file = work / "holder.stop"
-        holder = None
-        holder_log = (work / "holder.log").open("w")
-        if self.real:
-            holder = subprocess.Popen([self.o.engine_python, "-c", HOLDER, cfg["engine"]["log_file"],
-                                       f"{margin:.4f}", str(stop_file)],
-                                      stdout=holder_log, stderr=subprocess.STDOUT, start_new_session=True)
-            t_h = time.time()
-            while time.time() - t_h < 60 and "holder ready" not in (work / "holder.log").read_text():
-                time.sleep(0.2)
+        proc, stop_file, out = self._holder(cfg["engine"]["log_file"], "hold", margin, work)
         sup = SupervisorRun(self.o.python, cfg, work, "captureoom")
         tps = None
         try:
             ready = sup.wait(lambda: bool(sup.notify.times("READY=1")), self.deadline - 80)
             if ready:
                 sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
-            if ready:
                 series = probe_series(sup.engine_url, 3, self.nvml.sm_clock_mhz)
                 tps = series["median_tok_s"]
                 numbers["derived_probe_series"] = series
@@ -1538,17 +1591,10 @@ class E2E:
             numbers["sigterm"] = sup.stop(60)
         finally:
             sup.close()
-            stop_file.touch()
-            if holder is not None:
-                try:
-                    holder.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(holder.pid, signal.SIGKILL)
-                    holder.wait(10)
-            holder_log.close()
-        numbers["holder"] = (work / "holder.log").read_text()[-2000:]
+            self._holder_stop(proc, stop_file)
+        numbers["holder"] = out.read_text()[-2000:]
         if self.real:
-            checks.append(check("the holder took the memory at a decode capture begin",
+            checks.append(check("the holder took the memory at a start's `Memory pool end`",
                                 "grabbed" in numbers["holder"], numbers["holder"][-400:]))
         return tps
 
@@ -1843,8 +1889,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed-model", default="/tmp/tiny36",
                    help="seed scenario: model directory (real; made by make_tiny_qwen36.py if absent)")
     p.add_argument("--oom-margin-gb", type=float, default=None,
-                   help="captureoom: GB the holder leaves free at a decode capture begin (default: a third "
-                        "of the calibrated capture's mem usage)")
+                   help="captureoom: GB the holder leaves free at each start's `Memory pool end` (default: "
+                        "halfway between what the decode graphs needed at batch 512 and at 256, measured "
+                        "in two calibration starts; the flag skips the 256 one)")
     p.add_argument("--nnodes", type=int, default=1,
                    help="2: the multi-node scenario, two supervisors on one host, --tp/2 GPUs each")
     p.add_argument("--dist-init-addr", default="127.0.0.1",

@@ -35,13 +35,21 @@ def test_decode_captures_reads_the_real_begin_and_end_lines(e2e: ModuleType) -> 
     assert caps[1]["usage_gb"] == 0.03 and caps[1]["avail_gb"] == 138.64
 
 
-def test_the_holder_leaves_a_third_of_the_calibrated_usage_unless_told(e2e: ModuleType) -> None:
-    assert e2e.oom_margin_gb(0.3, None) == pytest.approx(0.1)
-    assert e2e.oom_margin_gb(0.3, 0.05) == 0.05
-    assert e2e.oom_margin_gb(None, None) is None  # no calibration: the scenario fails, never guesses
+def test_the_holder_leaves_halfway_between_the_two_calibrated_needs_unless_told(e2e: ModuleType) -> None:
+    assert e2e.oom_margin_bytes(300, 100, None) == 200
+    assert e2e.oom_margin_bytes(300, 100, 0.5) == 2**29  # the flag wins
+    # No gap measured (or nothing measured): the scenario fails its check, it never guesses.
+    assert e2e.oom_margin_bytes(100, 100, None) is None
+    assert e2e.oom_margin_bytes(None, 100, None) is None
+    assert e2e.oom_margin_bytes(300, None, None) is None
 
 
-def test_the_holder_script_compiles_and_triggers_on_the_decode_begin_line_only(e2e: ModuleType) -> None:
+def test_the_holder_reports_what_it_measured(e2e: ModuleType) -> None:
+    m = e2e.MEASURED.search("holder ready measure\nmeasured need_bytes 123456789 free_at_pool_end 9\n")
+    assert m is not None and int(m["need"]) == 123456789
+
+
+def test_the_holder_script_compiles_and_arms_at_the_memory_pool_end_line(e2e: ModuleType) -> None:
     compile(e2e.HOLDER, "holder", "exec")
-    assert "Capture target decode CUDA graph begin" in e2e.HOLDER
+    assert '"Memory pool end"' in e2e.HOLDER and "Capture target decode CUDA graph end" in e2e.HOLDER
     assert "prefill" not in e2e.HOLDER

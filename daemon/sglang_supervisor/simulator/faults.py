@@ -3,6 +3,7 @@
     SPEC  := KIND [":" ARG]... ["@" SECONDS] ["+" QUAL]...
     QUAL  := "rank=" N              (which TP rank fails; default 0)
            | "when=" FLAG["=" VALUE] (apply only if the command line has FLAG [with VALUE])
+           | "unless=" FLAG["=" VALUE] (apply only if it has not)
 
 Specs come from `--sim-fault SPEC` (repeatable) and `SGLANG_SIM_FAULTS` (separated by `,` or `;`).
 `+` separates qualifiers so that a spec stays one shell word and one list item.
@@ -25,7 +26,7 @@ HTTP_MODES = ("hang", "slow", "trickle", "garbage", "deep", "huge", "nonfinite")
 
 GRAMMAR_HELP = """\
 Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC"):
-  SPEC := KIND[:ARG...][@SECONDS][+rank=N][+when=--flag[=value]]
+  SPEC := KIND[:ARG...][@SECONDS][+rank=N][+when=--flag[=value]][+unless=--flag[=value]]
   capture-fail:PHASE[:oom|:error|:no-ninja]
                                    capture of PHASE fails (prefill, decode, verify, draft,
                                    draft-prefill, draft-decode, draft-extend; default oom);
@@ -66,7 +67,8 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
   happens on the node that hosts rank N); +when=--flag[=value] applies the fault only
-  when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
+  when the command line has that flag (and value), e.g. to make one profile of a ladder fail;
+  +unless=--flag[=value] only when it has not (a derived profile that sets the flag passes)."""
 
 
 class FaultSpecError(ValueError):
@@ -77,6 +79,7 @@ class FaultSpecError(ValueError):
 class WhenFlag:
     flag: str
     value: str | None
+    absent: bool = False  # `unless=`: the fault applies only without this flag (value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,7 @@ class Fault:
     when: tuple[WhenFlag, ...] = ()
 
     def applies_to(self, argv: Sequence[str]) -> bool:
-        return all(_has_flag(argv, w) for w in self.when)
+        return all(_has_flag(argv, w) != w.absent for w in self.when)
 
 
 _KINDS = (
@@ -161,11 +164,12 @@ def parse_fault(spec: str) -> Fault:
         key, sep, val = q.partition("=")
         if key == "rank" and sep and val.isdigit():
             rank = int(val)
-        elif key == "when" and sep and val.startswith("--"):
+        elif key in ("when", "unless") and sep and val.startswith("--"):
             flag, eq, fval = val.partition("=")
-            when.append(WhenFlag(flag, fval if eq else None))
+            when.append(WhenFlag(flag, fval if eq else None, absent=key == "unless"))
         else:
-            raise FaultSpecError(f"fault {spec!r}: bad qualifier {q!r}; use +rank=N or +when=--flag[=value]")
+            raise FaultSpecError(f"fault {spec!r}: bad qualifier {q!r}; use +rank=N, "
+                                 "+when=--flag[=value] or +unless=--flag[=value]")
     body, at_sep, at_text = head.partition("@")
     kind, *args = body.split(":")
     _one_of(spec, "fault kind", kind, _KINDS)

@@ -117,12 +117,10 @@ def derive(failure: FailureClass, profile: str, args: Mapping[str, object], *,
     """The derived profile to try after `profile` failed with `failure`, or None.
 
     `args`: the profile's effective flags (config.effective_overlay, names without --).
-    `resolved_max_bs`: the decode graph's max batch size SGLang resolved (its server_args dump),
-    for a profile that does not set it; `resolved_prefill_max` the same for the prefill graph's
-    max tokens. `oom`: a failure line of the attempt said out of memory (a prefill graph failure
-    derives only then). `parent`: `profile`'s own derivation when it is derived.
-    `steps`: the most changes from the written rung (0: derivation off).
-    """
+    `resolved_max_bs` / `resolved_prefill_max`: the decode graph's max batch size / the prefill
+    graph's max tokens SGLang resolved (engine/resolved.py). `oom`: a failure line of the attempt
+    said out of memory. `parent`: `profile`'s own derivation when it is derived. `steps`: the
+    most changes from the written rung (0: derivation off)."""
     base = parent.base if parent is not None else profile
     done = parent.steps if parent is not None else 0
     if done >= steps:

@@ -20,6 +20,9 @@ CAPTURE_MODES = ("oom", "error", "no-ninja")
 HANG_STAGES = ("load", "capture", "serving")
 PORT_RACE_MODES = ("uvicorn", "precheck")
 CRASH_STAGES = ("load", "capture")
+# `env:MODE`: the host, not the profile, fails the start after weight load, before any capture
+# (simulator/startup.py ENV_FAULT_TEXT holds each mode's real line).
+ENV_MODES = ("cache-perm", "cache-readonly", "no-cudart", "no-nvrtc", "no-cc", "jit-build")
 # HTTP misbehaviours (`http:ENDPOINT:MODE`): which routes, and what they answer instead.
 HTTP_ENDPOINTS = ("generate", "health", "metrics", "server_info", "model_info", "load")
 HTTP_MODES = ("hang", "slow", "trickle", "garbage", "deep", "huge", "nonfinite")
@@ -33,6 +36,10 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    no-ninja: the JIT kernel build inside it finds no ninja
                                    (torch's `Ninja is required to load C++ extensions`)
   kv-oom                           the KV cache pool does not fit (after weight load)
+  env:MODE                         after weight load, before any capture, the host fails the
+                                   start: cache-perm / cache-readonly (a JIT cache directory not
+                                   writable), no-cudart / no-nvrtc (a CUDA library missing), no-cc
+                                   (triton finds no C compiler), jit-build (a kernel build fails)
   hang:load | hang:capture         output stops during weight load / capture, process stays
   hang:serving[@S]                 S s after ready the scheduler freezes (/health 503 after 20 s)
   crash:load | crash:capture       a rank is SIGKILLed during init (launcher exits 1)
@@ -100,6 +107,7 @@ class Fault:
 _KINDS = (
     "capture-fail",
     "kv-oom",
+    "env",
     "hang",
     "crash",
     "watchdog",
@@ -187,6 +195,10 @@ def parse_fault(spec: str) -> Fault:
         phase = _one_of(spec, "capture phase", args[0], CAPTURE_PHASES)
         mode = _one_of(spec, "capture failure mode", args[1], CAPTURE_MODES) if len(args) > 1 else "oom"
         return Fault(kind, stage=phase, mode=mode, rank=rank, when=tw, at_s=at_s)
+    if kind == "env":
+        nargs(1, 1, "env:" + "|".join(ENV_MODES))
+        return Fault(kind, stage=_one_of(spec, "environment failure", args[0], ENV_MODES), rank=rank,
+                     when=tw, at_s=at_s)
     if kind == "hang":
         nargs(1, 1, "hang:load, hang:capture or hang:serving[@S]")
         stage = _one_of(spec, "hang stage", args[0], HANG_STAGES)

@@ -292,6 +292,17 @@ def _oom(cfg: SimConfig, rank: int, mem: Memory) -> str:
 NO_NINJA_TEXT = "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)"
 
 
+# `env:MODE` (faults.ENV_MODES): real lines (tests/fixtures/environment/README.md names sources).
+ENV_FAULT_TEXT = {
+    "cache-perm": "PermissionError: [Errno 13] Permission denied: '/var/lib/sglang/.triton'",
+    "cache-readonly": "OSError: [Errno 30] Read-only file system: '/var/lib/sglang/.cache/flashinfer'",
+    "no-cudart": "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+    "no-nvrtc": "ImportError: libnvrtc.so.12: cannot open shared object file: No such file or directory",
+    "no-cc": "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.",
+    "jit-build": "RuntimeError: Error building extension 'sgl_kernel_jit_norm'",
+}
+
+
 def _capture_failure(cfg: SimConfig, rank: int, mem: Memory, fault: Fault, phase: str) -> list[Step]:
     if fault.mode == "no-ninja":
         return _traceback(cfg, rank, NO_NINJA_TEXT, None)
@@ -501,6 +512,10 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
         klass = "Qwen3_5ForCausalLMMTP" if cfg.hybrid else cfg.model_class
         _load_weights(p, mem.draft_weights, 0.1 + mem.draft_weights / 1.6, klass, False)
     p.add(_sleep(0.5))
+    env = next((f for f in p.faults if f.kind == "env" and f.rank == rank), None)
+    if env is not None and env.stage is not None:
+        p.stop(*_traceback(cfg, rank, ENV_FAULT_TEXT[env.stage], None))
+        return p.steps
     if p.fault("kv-oom", any_rank=True) or mem.kv <= 0.05:
         if rank == 0 or p.fault("kv-oom") is None:
             p.stop(*_traceback(cfg, rank, _kv_oom(cfg, mem), None))

@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "supervisor's /status: is it serving a fallback profile?)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("tune", help="start each profile, probe it, rank them; run then starts the winner",
+    p = sub.add_parser("tune", help="start each profile, probe it, rank them (a profile that fails as run "
+                       "would derive from is followed by that derived profile); run then starts the winner",
                        epilog="exit status: 0 a profile served (the winner is persisted), 69 none did, "
                        "75 the engine port is busy (stop the supervisor first), 78 configuration error")
     _add_config(p)

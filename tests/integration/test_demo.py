@@ -26,7 +26,7 @@ def test_demo_fault_falls_back_and_sends_ready_within_a_minute() -> None:
     env.update({"NOTIFY_SOCKET": str(sock_dir / "n"), "SGLANG_SIM_TIME_SCALE": "0.02"})
     began = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang_supervisor", "demo", "--fault", "capture-fail:prefill",
+        [sys.executable, "-m", "sglang_supervisor", "demo", "--fault", "capture-fail:prefill:error",
          "--exit-after-ready", "--json-summary", "--metrics-address", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     notes: list[str] = []

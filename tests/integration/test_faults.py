@@ -147,6 +147,39 @@ def test_a_capture_oom_halves_the_decode_graphs_max_batch_size_and_keeps_the_gra
     ready_then_clean_stop(d)
 
 
+def test_a_capture_oom_without_a_max_in_the_profile_halves_sglangs_resolved_default(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25 A: `tuned` sets no max batch size; SGLang resolved 16 for its verify graph (the
+    simulator's server_args dump, as 0.5.23 prints it). The OOM goes away once the command sets
+    the max (the simulator's `unless=`): half of 16, graphs kept."""
+    data = config(tmp_path, "capture-fail:verify:oom+unless=--cuda-graph-max-bs-decode")
+    d = start(daemons, tmp_path, data)
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "capture_oom"
+    derived = d.event("profile.derived")
+    assert derived["to_profile"] == "tuned-graph-bs-8", derived
+    assert derived["change"] == "--cuda-graph-max-bs-decode 16 -> 8"
+    assert d.event("supervisor.ready")["profile"] == "tuned-graph-bs-8"
+    assert ("target", "verify") in {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
+    ready_then_clean_stop(d)
+
+
+def test_a_prefill_graph_oom_trims_the_prefill_graph_and_keeps_it(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    """Issue 25 B: the prefill graph's capture runs out of memory (the simulator's 0.5.23 text)
+    until the command caps its tokens. The next start is `tuned` with half of SGLang's resolved
+    8192 tokens, prefill graph still captured, not `no-prefill-graph`."""
+    data = config(tmp_path, "capture-fail:prefill:oom+unless=--cuda-graph-max-bs-prefill")
+    d = start(daemons, tmp_path, data)
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "prefill_graph_failed"
+    derived = d.event("profile.derived")
+    assert derived["to_profile"] == "tuned-prefill-tokens-4096", derived
+    assert derived["change"] == "--cuda-graph-max-bs-prefill 8192 -> 4096"
+    assert d.event("supervisor.ready")["profile"] == "tuned-prefill-tokens-4096"
+    assert ("target", "prefill") in {(e["owner"], e["graph"]) for e in d.named("engine.capture_end")}
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned", "tuned-prefill-tokens-4096"]
+    ready_then_clean_stop(d)
+
+
 def test_a_missing_build_tool_exits_78_with_the_fix_and_blames_no_profile(
         daemons: list[Daemon], tmp_path: Path) -> None:
     """Issue 25 item 4: the JIT kernel build inside the first capture finds no ninja (torch's own

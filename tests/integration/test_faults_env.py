@@ -72,6 +72,31 @@ def test_port_taken_after_preflight_is_waited_out_without_blame(daemons: list[Da
     stop_cleanly(d)
 
 
+@pytest.mark.parametrize(("fault", "fix"), [
+    ("env:cache-perm", "TRITON_CACHE_DIR"),
+    ("env:cache-readonly", "XDG_CACHE_HOME"),
+    ("env:no-cudart", "LD_LIBRARY_PATH"),
+    ("env:no-nvrtc", "LD_LIBRARY_PATH"),
+    ("env:no-cc", "install gcc"),
+    ("env:jit-build", "JIT kernel build failed"),
+])
+def test_a_host_problem_exits_78_with_its_fix_and_walks_no_ladder(daemons: list[Daemon],
+                                                                  tmp_path: Path, fault: str,
+                                                                  fix: str) -> None:
+    """Issue 25 F: an unwritable JIT cache, a missing CUDA library, no C compiler, a kernel
+    build that fails before any capture (the simulator prints the real lines): every rung would
+    fail the same way, so the first failure ends the start: 78, the fix, nothing marked bad."""
+    d = start(daemons, tmp_path, config(tmp_path, fault))
+    assert d.exit_code() == 78
+    assert d.event("engine.failed", profile="tuned")["failure_class"] == "environment"
+    reason = d.event("supervisor.exit")["reason"]
+    assert reason.startswith("environment: ") and fix in reason, reason
+    assert [e["profile"] for e in d.named("engine.spawned")] == ["tuned"]
+    assert d.named("profile.fallback") == [] and d.named("profile.derived") == []
+    assert known_bad(tmp_path) == set()
+    assert "READY=1" not in d.notes
+
+
 @pytest.mark.parametrize(("fault", "words"), [
     ("port-race", b"error while attempting to bind on address"),  # uvicorn's own words
     ("port-race:precheck", b"ValueError: port_base at "),  # SGLang's check of its derived ports

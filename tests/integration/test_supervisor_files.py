@@ -80,7 +80,7 @@ def test_an_exception_inside_the_supervisor_blames_no_profile(daemons: list[Daem
 
 # tuned's prefill graph capture fails; the fault rides in the supervisor's environment and matches
 # only tuned's command line, so the configuration (and the fingerprint) stay the same across runs.
-TUNED_FAILS = {"SGLANG_SIM_FAULTS": "capture-fail:prefill+when=--enable-single-batch-overlap"}
+TUNED_FAILS = {"SGLANG_SIM_FAULTS": "capture-fail:prefill:error+when=--enable-single-batch-overlap"}
 DAY = 86400.0
 
 

@@ -56,7 +56,8 @@ def write_config(tmp_path: Path) -> Path:
                 "name": "eager",
                 "args": {"cuda-graph-backend-decode": "disabled", "cuda-graph-backend-prefill": "disabled"},
             },
-            {"name": "broken", "env": {"SGLANG_SIM_FAULTS": "capture-fail:decode"}},
+            # Not an OOM: no derived profile follows it (test_tune_measures_the_derived_profile...).
+            {"name": "broken", "env": {"SGLANG_SIM_FAULTS": "capture-fail:decode:error"}},
             {"name": "plain"},
             {"name": "spec", "args": SPEC},
         ],
@@ -119,6 +120,48 @@ def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Pat
     settings = policy_settings(config, last_good=plan.last_good, known_bad=plan.backoff,
                                probation=plan.probation, retry_known_bad=False)
     assert failover.ladder_order(settings)[0] == report["winner"] == working[0]
+
+
+def test_tune_measures_the_derived_profile_run_would_start_after_a_failure(tmp_path: Path) -> None:
+    """Issue 25 C: `graphs` runs out of memory capturing its decode graphs until the command caps
+    their batch size (the simulator's `unless=`). tune tries what `run` would start next, the
+    same profile with half of SGLang's resolved max batch (256), ranks it with its base and
+    change, and, as it serves fastest, persists it as the winner `run` starts with."""
+    data = yaml.safe_load(write_config(tmp_path).read_text())
+    data["profiles"] = [
+        {"name": "graphs",
+         "env": {"SGLANG_SIM_FAULTS": "capture-fail:decode:oom+unless=--cuda-graph-max-bs-decode"}},
+        {"name": "eager",
+         "args": {"cuda-graph-backend-decode": "disabled", "cuda-graph-backend-prefill": "disabled"}},
+    ]
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "1", "--json"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    by_name = {r["profile"]: r for r in report["ranking"]}
+    assert by_name["graphs"]["started"] is False and by_name["graphs"]["failure"] == "capture_oom"
+    derived = by_name["graphs-graph-bs-128"]
+    assert derived["started"] is True and derived["decode_tps_p50"] is not None, derived
+    assert (derived["base"], derived["change"]) == ("graphs", "--cuda-graph-max-bs-decode 256 -> 128")
+    assert report["winner"] == "graphs-graph-bs-128"  # decode graphs beat eager
+    assert "trying the derived graphs-graph-bs-128" in proc.stderr
+    # run starts with it: remembered with its change, on the ladder right after its base.
+    config = load_config(path)
+    prepared = prepare(config, "0.5.23")
+    store = state.StateStore(config.state_dir, config.name)
+    fp = tune.deployment_fingerprint(prepared)
+    fs = store.fingerprint_state(fp)
+    assert store.last_good(fp) == "graphs-graph-bs-128"
+    assert fs.derived["graphs-graph-bs-128"].args == {"cuda-graph-max-bs-decode": 128}
+    assert set(fs.bad) == {"graphs"}
+    table = subprocess.run(
+        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "1",
+         "--profiles", "graphs"], capture_output=True, text=True, timeout=600, check=False)
+    assert "derived: graphs-graph-bs-128 = graphs with --cuda-graph-max-bs-decode 256 -> 128" in table.stdout
 
 
 # The simulator behind a filter: drops the lines that contain $SIM_WRAP_DROP and writes

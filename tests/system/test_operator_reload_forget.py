@@ -33,7 +33,7 @@ START_S = 120.0
 # tuned's prefill graph capture fails (the simulator's fault, matching only tuned's command line);
 # in a drop-in, so the configuration and its fingerprint stay the same when it is removed
 FAULT_DROPIN = """[Service]
-Environment=SGLANG_SIM_FAULTS=capture-fail:prefill+when=--enable-single-batch-overlap
+Environment=SGLANG_SIM_FAULTS=capture-fail:prefill:error+when=--enable-single-batch-overlap
 """
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_supervisor.core.config import PROFILE_NAME
-from sglang_supervisor.core.derive import MIN_GRAPH_BS, Derivation, derive
+from sglang_supervisor.core.derive import MIN_GRAPH_BS, MIN_PREFILL_TOKENS, Derivation, derive
 from sglang_supervisor.core.events import FailureClass
 
 FC = FailureClass
@@ -31,7 +31,7 @@ ROWS = [
     ("the per-phase spelling is kept", FC.CAPTURE_OOM, {"cuda-graph-max-bs-decode": "64"}, None, None,
      ("tuned-graph-bs-32", (), {"cuda-graph-max-bs-decode": 32})),
     ("unset: SGLang's resolved value is halved", FC.CAPTURE_OOM, {}, None, 256,
-     ("tuned-graph-bs-128", (), {"cuda-graph-max-bs": 128})),
+     ("tuned-graph-bs-128", (), {"cuda-graph-max-bs-decode": 128})),
     ("unset and unknown: nothing", FC.CAPTURE_OOM, {}, None, None, None),
     ("not below the floor", FC.CAPTURE_OOM, {"cuda-graph-max-bs": 2 * MIN_GRAPH_BS - 1}, None, None,
      None),
@@ -42,6 +42,8 @@ ROWS = [
     ("not above the ceiling", FC.KV_CACHE_OOM, {"mem-fraction-static": 0.95}, None, None, None),
     ("a KV-cache OOM without a set fraction: the ladder decides", FC.KV_CACHE_OOM, {}, None, None,
      None),
+    ("a decode list the profile sets derives nothing (SGLang captures the list)", FC.CAPTURE_OOM,
+     {"cuda-graph-max-bs": 32, "cuda-graph-bs-decode": [1, 2, 4, 32]}, None, 256, None),
     ("other classes derive nothing", FC.CAPTURE_FAILED, TUNED, None, 256, None),
     ("a hang derives nothing", FC.HANG, TUNED, None, 256, None),
 ]
@@ -61,6 +63,37 @@ def test_derive(case: str, failure: FailureClass, args: dict[str, object], refus
     assert (d.name, d.remove, dict(d.args)) == expected
     assert d.base == "tuned" and d.steps == 1 and d.change and d.asked_by == SBO_LINE
     assert PROFILE_NAME.match(d.name)
+
+
+PREFILL_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB."
+PREFILL_ROWS = [
+    # (case, args, resolved prefill max, oom, expected (name, args) or None)
+    ("unset: SGLang's resolved max tokens are halved", {}, 8192, True,
+     ("tuned-prefill-tokens-4096", {"cuda-graph-max-bs-prefill": 4096})),
+    ("the profile's own max wins over the resolved one", {"cuda-graph-max-bs-prefill": 4096}, 8192, True,
+     ("tuned-prefill-tokens-2048", {"cuda-graph-max-bs-prefill": 2048})),
+    ("the piecewise spelling (<= 0.5.19) is kept", {"piecewise-cuda-graph-max-tokens": "4096"}, None,
+     True, ("tuned-prefill-tokens-2048", {"piecewise-cuda-graph-max-tokens": 2048})),
+    ("a prefill graph failure that is no OOM: the ladder decides", {}, 8192, False, None),
+    ("unset and unknown: nothing", {}, None, True, None),
+    ("not below the floor", {"cuda-graph-max-bs-prefill": 2 * MIN_PREFILL_TOKENS - 1}, None, True, None),
+    ("a token list the profile sets derives nothing", {"cuda-graph-bs-prefill": [512, 1024]}, 8192,
+     True, None),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "resolved", "oom", "expected"), PREFILL_ROWS,
+                         ids=[r[0] for r in PREFILL_ROWS])
+def test_a_prefill_graph_oom_trims_the_prefill_graphs_largest_sizes(
+        case: str, args: dict[str, object], resolved: int | None, oom: bool,
+        expected: tuple[str, dict[str, object]] | None) -> None:
+    d = derive(FC.PREFILL_GRAPH_FAILED, "tuned", args, message=PREFILL_OOM,
+               resolved_prefill_max=resolved, oom=oom, resolved_max_bs=256)
+    if expected is None:
+        assert d is None
+        return
+    assert d is not None and (d.name, dict(d.args)) == expected and d.remove == ()
+    assert d.change.startswith("--") and " -> " in d.change
 
 
 def test_a_derived_profile_derives_again_within_the_bound_and_keeps_earlier_changes() -> None:

@@ -461,3 +461,31 @@ def test_code_stale_reads_only_a_true_code_stale() -> None:
     assert f.fix == "systemctl restart sglang-qwen" and "(" not in f.what
     for odd in (None, [], {"code_stale": "yes"}, {"code_stale": 1}, {"code_stale": False}, {}):
         assert audit.code_stale_findings(odd, unit) == []
+
+
+def test_a_remembered_derived_profile_is_a_finding_with_its_base_change_and_the_way_to_drop_it(
+        tmp_path: Path) -> None:
+    """Issue 25 D: `run` may start a derived profile first; doctor says what it is and why."""
+    from sglang_supervisor.commands.doctorreport import Report
+    from sglang_supervisor.core.derive import Derivation
+    from sglang_supervisor.shell.state import StateStore
+
+    repo = Path(__file__).resolve().parents[2]
+    data = yaml.safe_load((repo / "etc" / "sglang-supervisor" / "demo.yaml").read_text())
+    data["state_dir"] = str(tmp_path / "state")
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    config = load_config(path)
+    report = Report()
+    doctor.derived_findings(config, report)
+    assert report.findings == [] and "derived_profiles" not in report.engine  # nothing remembered
+    d = Derivation("tuned-no-sbo", "tuned", ("enable-single-batch-overlap",), {}, 1,
+                   "drop --enable-single-batch-overlap", "ValueError: SBO ... Please try removing "
+                   "--enable-single-batch-overlap argument.")
+    StateStore(config.state_dir, config.name).mark_serving("fp", d.name, 1.0, False, derived=d)
+    doctor.derived_findings(config, report)
+    [f] = report.findings
+    assert f.code == "derived.remembered" and f.profile == "tuned-no-sbo"
+    assert "tuned with drop --enable-single-batch-overlap" in f.what and "Please try removing" in f.why
+    assert "forget --profile tuned-no-sbo" in f.fix
+    assert report.engine["derived_profiles"]["tuned-no-sbo"]["base"] == "tuned"

@@ -134,3 +134,40 @@ def test_check_refuses_a_value_of_the_wrong_type(tmp_path: Path, capsys: Capture
     assert code == 78
     assert "--max-running-requests: invalid int value 'banana'" in err
     assert "Traceback" not in err
+
+
+def _with_remembered_derived(tmp_path: Path) -> str:
+    """demo.yaml with its own state directory, whose state file remembers that the derived
+    `tuned-graph-bs-8` served (as `run` records it after a capture OOM, issue 25)."""
+    import yaml
+
+    from sglang_supervisor.core.derive import Derivation
+    from sglang_supervisor.shell.state import StateStore
+
+    data = yaml.safe_load(Path(DEMO).read_text())
+    data["state_dir"] = str(tmp_path / "state")
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    d = Derivation("tuned-graph-bs-8", "tuned", (), {"cuda-graph-max-bs-decode": 8}, 1,
+                   "--cuda-graph-max-bs-decode 16 -> 8", "Capture cuda graph failed: CUDA out of memory")
+    StateStore(data["state_dir"], data["name"]).mark_serving("fp", d.name, 1.0, False, derived=d)
+    return str(path)
+
+
+def test_render_shows_a_remembered_derived_profile_with_its_base_and_change(
+        tmp_path: Path, capsys: Capture) -> None:
+    path = _with_remembered_derived(tmp_path)
+    code, out, _ = run(capsys, "render", "--config", path)
+    assert code == 0
+    block = out.split("# profile tuned-graph-bs-8 ", 1)[1]
+    assert "derived from tuned: --cuda-graph-max-bs-decode 16 -> 8" in block.replace("\n# ", " ")
+    assert "--cuda-graph-max-bs-decode 8" in block
+    code, out, _ = run(capsys, "render", "--config", path, "--profile", "tuned-graph-bs-8",
+                       "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["derived"]["base"] == "tuned"
+    assert doc["derived"]["asked_by"].startswith("Capture")
+    assert doc["argv"][doc["argv"].index("--cuda-graph-max-bs-decode") + 1] == "8"
+    # Without a state file nothing is invented, and the name is unknown again.
+    code, _, err = run(capsys, "render", "--config", DEMO, "--profile", "tuned-graph-bs-8")
+    assert code == 78 and "no profile is named 'tuned-graph-bs-8'" in err

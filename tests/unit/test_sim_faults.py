@@ -69,6 +69,21 @@ def test_when_flag_selects_the_profile(argv: list[str], applies: bool) -> None:
     assert active([f], argv) == ((f,) if applies else ())
 
 
+def test_env_fault_names_its_mode() -> None:
+    assert parse_fault("env:no-cudart+rank=1") == Fault("env", stage="no-cudart", rank=1)
+
+
+def test_unless_applies_only_without_the_flag() -> None:
+    """Issue 25: a derived profile that sets the flag (a smaller graph) must start cleanly."""
+    f = parse_fault("capture-fail:prefill:oom+unless=--cuda-graph-max-bs-prefill")
+    assert f.when == (WhenFlag("--cuda-graph-max-bs-prefill", None, absent=True),)
+    assert f.applies_to(["--model-path", "m"])
+    assert not f.applies_to(["--cuda-graph-max-bs-prefill", "4096"])
+    g = parse_fault("capture-fail:decode+unless=--cuda-graph-max-bs-decode=128")
+    assert g.applies_to(["--cuda-graph-max-bs-decode", "256"])
+    assert not g.applies_to(["--cuda-graph-max-bs-decode=128"])
+
+
 def test_when_value_must_match() -> None:
     f = parse_fault("kv-oom+when=--mem-fraction-static=0.88")
     assert f.applies_to(["--mem-fraction-static", "0.88"])
@@ -92,7 +107,10 @@ def test_when_value_must_match() -> None:
         ("slow-drain", "slow-drain:SECONDS"),
         ("watchdog@soon", "is not a number of seconds"),
         ("crash+rank=x", "bad qualifier 'rank=x'"),
-        ("crash+when=tp", "use +rank=N or +when=--flag"),
+        ("crash+when=tp", "use +rank=N, +when=--flag"),
+        ("crash+unless=tp", "+unless=--flag[=value]"),
+        ("env", "env:cache-perm|"),
+        ("env:disk-full", "unknown environment failure 'disk-full'"),
     ],
 )
 def test_bad_specs_name_the_problem(spec: str, message: str) -> None:

@@ -49,6 +49,7 @@ from sglang_supervisor.engine.sglang import known_versions
 from sglang_supervisor.shell import gpu, ports, upgrades
 from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
+from sglang_supervisor.shell.state import remembered_derived
 
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
@@ -361,6 +362,23 @@ def config_report(
     )
 
 
+def derived_findings(config: Config, report: Report) -> None:
+    """The derived profiles the state file remembers (issue 25): `run` may start one first, so
+    the operator sees what it is, where it came from and why; `forget` drops it."""
+    if config.group is not None:
+        return  # a group never derives
+    derived = remembered_derived(config.state_dir, config.name, config.profile_names)
+    if not derived:
+        return
+    report.engine["derived_profiles"] = {n: d.to_json() for n, d in derived.items()}
+    for name, d in derived.items():
+        report.findings.append(Finding(
+            "info", "engine", f"derived profile {name} is remembered: {d.base} with {d.change}",
+            f"it served after {d.base} failed ({d.asked_by[:160]}); run may start it before {d.base}",
+            f"sglang-supervisor forget --profile {name} drops it (render --profile {name} shows "
+            "its command)", "derived.remembered", profile=name))
+
+
 # --------------------------------------------------------------------------------------------
 # Live
 # --------------------------------------------------------------------------------------------
@@ -508,6 +526,7 @@ def build_report(args: argparse.Namespace) -> Report:
         report.engine["config"] = str(config_path)
         try:
             config_report(config, report)
+            derived_findings(config, report)
             unit = unitcheck.unit_view(config, str(config_path))
             if unit is not None:
                 report.findings += unit[0]

@@ -1,4 +1,9 @@
-"""`sglang-supervisor render`: the SGLang command(s) a configuration would start, secrets redacted."""
+"""`sglang-supervisor render`: the SGLang command(s) a configuration would start, secrets redacted.
+
+Besides the written profiles, the derived ones the state file remembers as having served
+(core/derive.py, issue 25): `run` may start them first, so they are shown with their base, their
+change and the failure line that asked for them; `--profile` takes their names too.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import sys
 import textwrap
 
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
+from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.profiles import (
     REDACTED,
@@ -18,8 +24,14 @@ from sglang_supervisor.core.profiles import (
     detect_engine_version,
     render,
     shell_format,
+    with_derived,
 )
 from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.state import remembered_derived
+
+
+def _derived_note(d: Derivation) -> str:
+    return f"derived from {d.base}: {d.change}; remembered (it served); asked by: {d.asked_by}"
 
 
 def _shell_block(rc: RenderedCommand, version: str, description: str) -> str:
@@ -53,25 +65,34 @@ def for_node(config: Config, node_rank: int | None, source: str) -> Config:
 def main(args: argparse.Namespace) -> int:
     try:
         config = for_node(load_config(args.config), getattr(args, "node_rank", None), args.config)
-        if args.profile is not None and args.profile not in config.profile_names:
+        # A group never derives (its workers start only written profiles): nothing remembered.
+        derived = ({} if config.group is not None else
+                   remembered_derived(config.state_dir, config.name, config.profile_names))
+        if args.profile is not None and args.profile not in (*config.profile_names, *derived):
             raise ConfigError([ConfigProblem("--profile", f"no profile is named {args.profile!r}",
-                                             f"use one of: {', '.join(config.profile_names)}")], args.config)
+                                             f"use one of: {', '.join([*config.profile_names, *derived])}")],
+                              args.config)
         version = args.sglang_version or detect_engine_version(config)
-        names = [args.profile] if args.profile is not None else config.profile_names
+        names = [args.profile] if args.profile is not None else [*config.profile_names, *derived]
         # Display only: the key is never read here, the --config file path is shown instead.
         secret_path = default_secret_config_path(config, os.environ)
-        rendered = [render(config, name, version, api_key=REDACTED, secret_config_path=secret_path)
+        rendered = [render(with_derived(config, derived[name]) if name in derived else config, name,
+                           version, api_key=REDACTED, secret_config_path=secret_path)
                     for name in names]
     except ConfigError as exc:
         print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
         return ExitCode.CONFIG
     if args.format == "json":
-        docs = [{**rc.to_json(), "sglang_version": version} for rc in rendered]
+        docs = [{**rc.to_json(), "sglang_version": version,
+                 **({"derived": derived[rc.profile].to_json()} if rc.profile in derived else {})}
+                for rc in rendered]
         print(json.dumps(docs[0] if args.profile is not None else docs, indent=2))
     else:
-        print("\n\n".join(_shell_block(rc, version, config.profile(rc.profile).description)
+        print("\n\n".join(_shell_block(rc, version, _derived_note(derived[rc.profile])
+                                        if rc.profile in derived else config.profile(rc.profile).description)
                           for rc in rendered))
-    errors = [p for rc in rendered for p in config_problems(config, rc, version)]
+    errors = [p for rc in rendered for p in config_problems(
+        with_derived(config, derived[rc.profile]) if rc.profile in derived else config, rc, version)]
     if errors:
         print(ConfigError(errors, args.config).report(), file=sys.stderr)
         return ExitCode.CONFIG

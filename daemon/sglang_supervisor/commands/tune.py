@@ -9,8 +9,15 @@ deployment fingerprint `run` computes, and the winner is marked last-known-good 
 `run` starts with it (no probation for the profiles it beat; the ones that failed here are
 remembered as failed starts). Progress goes to stderr as it happens; the table (or JSON) to stdout.
 
+A written profile that fails with a class `run` answers with a derived profile (issue 25,
+`restart.derive`) is followed by that derived profile, measured and ranked like the others and
+shown with its base and change (tune_derive.py decides which).
+
 Exit status: 0 when at least one profile served, 69 when none did, 75 when the engine port is
 busy (a running engine), 78 for a configuration error.
+
+Long because: one command's whole surface in the order it runs (a trial per profile with its log
+watch, derived trials after failures, the table and JSON, the persisted ranking), sharing TuneResult.
 """
 
 from __future__ import annotations
@@ -24,18 +31,23 @@ import statistics
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from sglang_supervisor.commands.doctor import port_busy, quiet_logging
+from sglang_supervisor.commands.tune_derive import TrialFacts, next_derivation, oom_in, render_derived
 from sglang_supervisor.core.childenv import engine_env
 from sglang_supervisor.core.config import Config, ConfigError
+from sglang_supervisor.core.derive import Derivation
+from sglang_supervisor.core.events import ServerArgsSeen
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
+from sglang_supervisor.core.profiles import RenderedCommand
 from sglang_supervisor.core.readiness import capture_keys
 from sglang_supervisor.core.trial import Deadlines, Step, TrialStart
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
+from sglang_supervisor.engine.resolved import resolved_graph_max
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
 from sglang_supervisor.shell.configfile import load_config
@@ -59,6 +71,8 @@ class TuneResult:
     peak_gpu_bytes: int | None = None  # summed over GPUs; None without NVML
     failure: str | None = None  # FailureClass value, or "probe_failed"
     detail: str | None = None
+    base: str | None = None  # a derived profile (issue 25): the written rung it came from
+    change: str | None = None  # ... and what it changed there
 
 
 def rank(results: Sequence[TuneResult]) -> list[TuneResult]:
@@ -123,6 +137,7 @@ class _Watch:
         self.parser = LogParser(version, secrets)
         self.trial = trial
         self.tail: deque[str] = deque(maxlen=20)
+        self.facts = TrialFacts()  # what a derived profile after a failure needs (tune_derive)
 
     def feed(self, data: bytes) -> None:
         now = time.monotonic()
@@ -141,6 +156,8 @@ class _Watch:
         for line in lines:
             self.tail.append(line)
             for ev in self.parser.feed_line(line):
+                if isinstance(ev, ServerArgsSeen):
+                    self.facts.resolved = resolved_graph_max(ev.args)
                 self.trial.feed(ev, now)
 
     def touch(self, data: bytes) -> None:
@@ -202,13 +219,18 @@ async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config,
     return failure.value, detail
 
 
-async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress) -> TuneResult:
-    """Long because: one trial's lifetime: the engine it spawns, the log pump and GPU sampler tasks it
+async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress, *,
+                       rc: RenderedCommand | None = None, facts: list[TrialFacts] | None = None
+                       ) -> TuneResult:
+    """`rc`: a derived profile's command (written ones come from `prepared`); `facts` receives
+    what the start showed a derivation (tune_derive.TrialFacts).
+
+    Long because: one trial's lifetime: the engine it spawns, the log pump and GPU sampler tasks it
     starts, and the try/finally that stops all three whatever happened in between (failed, ready,
     probed); the steps in between share those tasks and the trial's clock.
     """
     config = prepared.config
-    rc = prepared.renders[name]
+    rc = rc if rc is not None else prepared.renders[name]
     if rc.secret_config is not None:
         write_secret_config(rc.argv[rc.argv.index("--config") + 1], rc.secret_config)
     expected = capture_keys(rc.argv, prepared.version)
@@ -217,6 +239,8 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
     began = time.monotonic()
     trial = TrialStart(expected, began)
     watch = _Watch(prepared.version, [prepared.api_key] if prepared.api_key else [], trial)
+    if facts is not None:
+        facts.append(watch.facts)
     progress(f"{name}: starting")
     proc = EngineProcess.spawn(rc.argv, engine_env(os.environ, rc.env))
     pump = asyncio.create_task(_pump(proc, watch))
@@ -240,6 +264,7 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
             else None
         )
         if failed is not None:
+            watch.facts.oom = oom_in(f.message for f in trial.failures)
             why, detail = failed
             detail = detail or (watch.tail[-1] if watch.tail else None)
             progress(f"{name}: FAILED ({why}) after {startup:.1f} s")
@@ -298,17 +323,24 @@ def deployment_fingerprint(prepared: Prepared) -> str:
     )
 
 
-def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
+def persist(prepared: Prepared, ranked: Sequence[TuneResult],
+            derived: Mapping[str, Derivation] | None = None) -> str | None:
     """Store the ranking; the winner becomes last-known-good, and a profile that failed here is
-    remembered as a failed start (so `run` does not try it first on probation). Returns the winner."""
+    remembered as a failed start (so `run` does not try it first on probation). A derived winner
+    is remembered with its change, as `run` remembers one that served; the ranking keeps the
+    other derived profiles out (`run` knows only remembered ones). Returns the winner."""
+    derived = derived or {}
     working = [r.profile for r in ranked if r.decode_tps_p50 is not None]
     if not working:
         return None
     store = state.StateStore(prepared.config.state_dir, prepared.config.name)
     fp = deployment_fingerprint(prepared)
     now = time.time()
-    store.set_ranking(fp, working, now)
-    store.mark_good(fp, working[0], now)
+    store.set_ranking(fp, [n for i, n in enumerate(working) if i == 0 or n not in derived], now)
+    if working[0] in derived:
+        store.mark_serving(fp, working[0], now, below_best=False, derived=derived[working[0]])
+    else:
+        store.mark_good(fp, working[0], now)
     for r in ranked:
         if r.decode_tps_p50 is None and r.failure is not None:
             store.mark_bad(fp, r.profile, r.failure, now)
@@ -316,8 +348,11 @@ def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
 
 
 async def run_tune(
-    prepared: Prepared, names: Sequence[str], rounds: int, progress: Progress
+    prepared: Prepared, names: Sequence[str], rounds: int, progress: Progress,
+    derived: dict[str, Derivation] | None = None,
 ) -> list[TuneResult]:
+    """Each written profile; after one that fails with a class `run` derives for, the derived
+    profiles `run` would start next (issue 25), each recorded in `derived` by name."""
     results: list[TuneResult] = []
     for i, name in enumerate(names, 1):
         prefix = f"[{i}/{len(names)}] "
@@ -325,7 +360,24 @@ async def run_tune(
         def step(message: str, prefix: str = prefix) -> None:
             progress(prefix + message)
 
-        results.append(await tune_profile(prepared, name, rounds, step))
+        facts: list[TrialFacts] = []
+        result = await tune_profile(prepared, name, rounds, step, facts=facts)
+        results.append(result)
+        parent: Derivation | None = None
+        while not result.started:
+            d = next_derivation(prepared.config, result.profile, result.failure, result.detail,
+                                facts=facts[-1], parent=parent)
+            if d is None:
+                break
+            step(f"{result.profile} failed ({result.failure}): trying the derived {d.name} ({d.change})")
+            rc = render_derived(prepared.config, d, prepared.version, prepared.renders[name],
+                                python=sys.executable, api_key=prepared.api_key)
+            result = replace(await tune_profile(prepared, d.name, rounds, step, rc=rc, facts=facts),
+                             base=d.base, change=d.change)
+            results.append(result)
+            if derived is not None:
+                derived[d.name] = d
+            parent = d
     return rank(results)
 
 
@@ -363,8 +415,9 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.TEMPORARY
-    ranked = asyncio.run(run_tune(prepared, names, args.rounds, _progress_printer()))
-    winner = persist(prepared, ranked)
+    derived: dict[str, Derivation] = {}
+    ranked = asyncio.run(run_tune(prepared, names, args.rounds, _progress_printer(), derived))
+    winner = persist(prepared, ranked, derived)
     if args.json:
         print(
             json.dumps(
@@ -374,5 +427,8 @@ def main(args: argparse.Namespace) -> int:
         )
     else:
         print(format_table(ranked))
+        for r in ranked:
+            if r.base is not None:
+                print(f"derived: {r.profile} = {r.base} with {r.change}")
         print(f"\nrun will start with: {winner}" if winner else "\nno profile served: nothing persisted")
     return ExitCode.OK if winner else ExitCode.ALL_PROFILES_FAILED

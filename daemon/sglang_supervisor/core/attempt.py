@@ -34,6 +34,9 @@ class Attempt:
     wedge: Tally = field(default_factory=Tally)  # wedge.judge's counts (health misses, hung probes)
     log_on_stdout: bool = False  # SGLang's log came on stdout, stderr silent (LogOnStdout)
     progress: bool = False  # decode progress (log or /metrics) since the last check result
+    # The graph sizes SGLang resolved for this start (engine/resolved.py; its server_args dump):
+    # what a derived profile halves when the profile itself does not set them.
+    resolved_graphs: dict[str, int] = field(default_factory=dict)
 
     @property
     def stopping(self) -> bool:

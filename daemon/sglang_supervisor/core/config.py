@@ -388,9 +388,10 @@ class Timeouts(_Strict):
     health_failures: Annotated[int, Field(ge=1, le=1000)] = 3  # failed checks in a row -> wedged
 
 
-DerivableClass = Literal["flag_refused", "capture_oom", "kv_cache_oom"]
+DerivableClass = Literal["flag_refused", "capture_oom", "prefill_graph_failed", "kv_cache_oom"]
 # kv_cache_oom is opt-in: a larger memory fraction leaves less room for graphs and activations.
-DEFAULT_DERIVE: tuple[DerivableClass, ...] = ("flag_refused", "capture_oom")
+# prefill_graph_failed derives only when the attempt's failure said out of memory.
+DEFAULT_DERIVE: tuple[DerivableClass, ...] = ("flag_refused", "capture_oom", "prefill_graph_failed")
 
 
 class RestartPolicy(_Strict):

@@ -8,7 +8,13 @@ the decode graph's largest batch, keeps everything else. `derive` is the one rul
 |---|---|---|
 | `flag_refused` naming `--X`, X set by the profile | drop X | `<base>-no-<short X>` (`tuned-no-sbo`) |
 | `capture_oom`, the decode graph's max bs known | halve it, floor `MIN_GRAPH_BS` | `<base>-graph-bs-<n>` |
+| `prefill_graph_failed` (OOM), max tokens known | halve, floor 256 | `<base>-prefill-tokens-<n>` |
 | `kv_cache_oom`, `mem-fraction-static` set | + `MEM_STEP`, at most `MAX_MEM_FRACTION` | `<base>-mem-<f>` |
+
+"Known": the profile sets it, else SGLang's resolved value from its server_args dump
+(engine/resolved.py; `resolved_max_bs`, `resolved_prefill_max`). A profile that lists the graph's
+sizes itself (`cuda-graph-bs`, `-decode`, `-prefill`, `piecewise-cuda-graph-tokens`) derives
+nothing for that graph: SGLang captures the list it is given, whatever the max says.
 
 Bounded: `steps` changes per written rung (a derived profile of a derived profile counts one more
 step); anything else, or a rule that cannot apply, derives nothing and the ladder decides. Pure.
@@ -33,6 +39,12 @@ SHORT_FLAG_NAMES: Mapping[str, str] = {
 # older name is a deprecated alias until 0.5.20, engine/migrate renames it either way).
 MAX_BS_FLAGS = ("cuda-graph-max-bs-decode", "cuda-graph-max-bs")
 MIN_GRAPH_BS = 8  # below this the decode graph covers too few batch sizes to be worth keeping
+# The prefill graph's largest token count: 0.5.14+ per phase, the piecewise name before (migrate
+# renames it either way); below the floor the graph covers too little of a prefill to pay.
+PREFILL_MAX_FLAGS = ("cuda-graph-max-bs-prefill", "piecewise-cuda-graph-max-tokens")
+MIN_PREFILL_TOKENS = 256
+DECODE_LIST_FLAGS = ("cuda-graph-bs-decode", "cuda-graph-bs")
+PREFILL_LIST_FLAGS = ("cuda-graph-bs-prefill", "piecewise-cuda-graph-tokens")
 MEM_FLAG = "mem-fraction-static"
 MEM_STEP = 0.03
 MAX_MEM_FRACTION = 0.95
@@ -84,16 +96,31 @@ def _as_float(value: object) -> float | None:
     return None
 
 
+def _halved(args: Mapping[str, object], flags: tuple[str, ...], lists: tuple[str, ...], *,
+            resolved: int | None, floor: int, unset: str) -> tuple[str, int, int] | None:
+    """(flag, current, half) for a graph's largest size: the flag the profile sets (first of
+    `flags`), else `unset` at SGLang's resolved value; None when unknown, when the profile lists
+    the sizes itself, or when half would go below `floor`."""
+    if any(args.get(k) not in (None, False) for k in lists):
+        return None
+    key = next((k for k in flags if args.get(k) is not None), unset)
+    current = _as_int(args.get(key)) if args.get(key) is not None else resolved
+    if current is None or current // 2 < floor:
+        return None
+    return key, current, current // 2
+
+
 def derive(failure: FailureClass, profile: str, args: Mapping[str, object], *,
            message: str, refused_flag: str | None = None, resolved_max_bs: int | None = None,
+           resolved_prefill_max: int | None = None, oom: bool = False,
            parent: Derivation | None = None, steps: int = 2) -> Derivation | None:
     """The derived profile to try after `profile` failed with `failure`, or None.
 
     `args`: the profile's effective flags (config.effective_overlay, names without --).
-    `resolved_max_bs`: the decode graph's max batch size SGLang resolved (its server_args dump),
-    for a profile that does not set it. `parent`: `profile`'s own derivation when it is derived.
-    `steps`: the most changes from the written rung (0: derivation off).
-    """
+    `resolved_max_bs` / `resolved_prefill_max`: the decode graph's max batch size / the prefill
+    graph's max tokens SGLang resolved (engine/resolved.py). `oom`: a failure line of the attempt
+    said out of memory. `parent`: `profile`'s own derivation when it is derived. `steps`: the
+    most changes from the written rung (0: derivation off)."""
     base = parent.base if parent is not None else profile
     done = parent.steps if parent is not None else 0
     if done >= steps:
@@ -119,12 +146,21 @@ def derive(failure: FailureClass, profile: str, args: Mapping[str, object], *,
         short = SHORT_FLAG_NAMES.get(flag, flag.removeprefix("enable-"))
         return step(f"no-{short}", f"drop --{flag}", remove=(flag,))
     if failure is FailureClass.CAPTURE_OOM:
-        key = next((k for k in MAX_BS_FLAGS if args.get(k) is not None), MAX_BS_FLAGS[-1])
-        current = _as_int(args.get(key)) if args.get(key) is not None else resolved_max_bs
-        if current is None or current // 2 < MIN_GRAPH_BS:
+        # Unset: the newest spelling (engine/migrate renames it for releases before 0.5.14).
+        half_bs = _halved(args, MAX_BS_FLAGS, DECODE_LIST_FLAGS, resolved=resolved_max_bs,
+                          floor=MIN_GRAPH_BS, unset=MAX_BS_FLAGS[0])
+        if half_bs is None:
             return None
-        half = current // 2
+        key, current, half = half_bs
         return step(f"graph-bs-{half}", f"--{key} {current} -> {half}", set_args={key: half})
+    if failure is FailureClass.PREFILL_GRAPH_FAILED and oom:
+        half_tokens = _halved(args, PREFILL_MAX_FLAGS, PREFILL_LIST_FLAGS,
+                              resolved=resolved_prefill_max, floor=MIN_PREFILL_TOKENS,
+                              unset=PREFILL_MAX_FLAGS[0])
+        if half_tokens is None:
+            return None
+        key, current, half = half_tokens
+        return step(f"prefill-tokens-{half}", f"--{key} {current} -> {half}", set_args={key: half})
     if failure is FailureClass.KV_CACHE_OOM:
         current_f = _as_float(args.get(MEM_FLAG))
         if current_f is None or current_f >= MAX_MEM_FRACTION:

@@ -239,7 +239,7 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle, ChangingL
             self._crashes[profile] = crashes + 1
         match decision:
             case ExitConfig():
-                fix = (f"; fix: {P.FIX_HINTS[failure]}" if failure is FailureClass.ENVIRONMENT
+                fix = (f"; fix: {P.environment_fix(message)}" if failure is FailureClass.ENVIRONMENT
                        else "")
                 return acts + self._exit(ExitCode.CONFIG, f"{failure.value}: {message}{fix}", now)
             case WaitThenSame():

@@ -12,6 +12,7 @@ from sglang_supervisor.core.failover import ladder_order, skipped_known_bad
 from sglang_supervisor.core.lifecycle_base import LifecycleBase
 from sglang_supervisor.core.phases import Phase
 from sglang_supervisor.core.reasons import RestartCause
+from sglang_supervisor.engine import patterns as P
 
 
 class ChangingLifecycle(LifecycleBase):
@@ -54,7 +55,8 @@ class ChangingLifecycle(LifecycleBase):
         before the next written rung; None when no rule applies, it is off or its bound is
         reached, or that derived profile already failed in this run."""
         s = self.settings
-        if failure.value not in s.derive_on:
+        # `remediation: {CLASS: stop}` asks for an exit on that class: no derived attempt first.
+        if failure.value not in s.derive_on or s.remediation.get(failure.value) == "stop":
             return None
         parent = self._derived.get(profile)
         base = parent.base if parent is not None else profile
@@ -63,7 +65,11 @@ class ChangingLifecycle(LifecycleBase):
             for flag in parent.remove:
                 args.pop(flag, None)
             args.update(parent.args)
+        resolved = self.cur.resolved_graphs
         d = derive(failure, profile, args, message=message, refused_flag=refused_flag,
+                   resolved_max_bs=resolved.get("decode"),
+                   resolved_prefill_max=resolved.get("prefill"),
+                   oom=any(w in f.message for f in self.cur.failures for w in P.OOM_WORDS),
                    parent=parent, steps=s.derived_steps)
         if d is None or d.name in self._failed or d.name in s.profiles:
             return None

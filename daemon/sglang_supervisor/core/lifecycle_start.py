@@ -45,17 +45,17 @@ from sglang_supervisor.core.lifecycle_base import LifecycleBase, _round
 from sglang_supervisor.core.phases import STARTING_PHASES, UP_PHASES, Phase
 from sglang_supervisor.core.readiness import FirstProbe, Gate, first_probe, ready_gate, without_prefill
 from sglang_supervisor.core.reasons import Outcome, StopReason
+from sglang_supervisor.engine.resolved import resolved_graph_max
 
 # Engine events the lifecycle has no use for (logscan, the shell's metrics or the parser itself
 # use them). tests/unit/test_lifecycle_dispatch.py checks that every EngineEvent is either handled
 # here or listed: a new event type must be decided on, not silently dropped.
 IGNORED_ENGINE_EVENTS: tuple[type[EngineEvent], ...] = (
-    ServerArgsSeen, DeprecatedFlag, CaptureProgress, SchedulerReady, PrefillStats, Draining,
-    TracebackLine,
+    DeprecatedFlag, CaptureProgress, SchedulerReady, PrefillStats, Draining, TracebackLine,
 )
 HANDLED_ENGINE_EVENTS: tuple[type[EngineEvent], ...] = (
-    EngineFailed, EngineCrashed, DecodeStats, WeightsLoadBegan, WeightsLoaded, KVCacheAllocated,
-    CaptureBegan, CaptureEnded, PrefillGraphDisabled, HttpUp, ServerReady, LogOnStdout,
+    ServerArgsSeen, EngineFailed, EngineCrashed, DecodeStats, WeightsLoadBegan, WeightsLoaded,
+    KVCacheAllocated, CaptureBegan, CaptureEnded, PrefillGraphDisabled, HttpUp, ServerReady, LogOnStdout,
 )
 
 
@@ -65,6 +65,9 @@ class StartingLifecycle(LifecycleBase):
             return self._failure_line(ev, now)
         if isinstance(ev, LogOnStdout):
             self.cur.log_on_stdout = True  # decides what a hang or start timeout means (lifecycle)
+            return []
+        if isinstance(ev, ServerArgsSeen):
+            self.cur.resolved_graphs = resolved_graph_max(ev.args)  # what derive halves if unset
             return []
         acts: list[Action] = []
         if isinstance(ev, DecodeStats):

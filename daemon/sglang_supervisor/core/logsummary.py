@@ -190,8 +190,9 @@ def _failure(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The root failure and its fix; a crash with no cause printed is the failure we can name."""
     if root is not None:
-        return ({"class": root.failure.value, "message": root.message, "line": root.line_no},
-                P.FIX_HINTS.get(root.failure))
+        fix = (P.environment_fix(root.message) if root.failure is FailureClass.ENVIRONMENT
+               else P.FIX_HINTS.get(root.failure))
+        return ({"class": root.failure.value, "message": root.message, "line": root.line_no}, fix)
     if not crashed:
         return None, None
     # A sigquit / `Killed` with no cause printed: the crash is the failure we can name.

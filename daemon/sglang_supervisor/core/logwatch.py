@@ -470,6 +470,11 @@ class LogParser:
             block is not None and block.draft_frames and block.capture_frames
         )
         in_capture = capturing is not None or (block is not None and block.capture_frames)
+        if cls is FailureClass.ENVIRONMENT and capturing is not None and any(
+                k in message for k in P.JIT_BUILD_FAILED):
+            # A kernel build that fails while a graph is captured may be that graph's kernel
+            # (a profile's choice); before any capture it is the host's toolchain.
+            return FailureClass.CAPTURE_FAILED
         if cls is FailureClass.CAPTURE_FAILED:
             if draft:
                 return FailureClass.DRAFT_CAPTURE_FAILED

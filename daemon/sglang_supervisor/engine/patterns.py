@@ -185,6 +185,17 @@ SIGNATURES: tuple[tuple[str, FailureClass], ...] = (
     ("Ninja is required to load C++ extensions", FailureClass.ENVIRONMENT),
     ("No such file or directory: 'ninja'", FailureClass.ENVIRONMENT),
     ("No such file or directory: 'nvcc'", FailureClass.ENVIRONMENT),
+    # More of the host, never of a profile (issue 25; real lines in tests/fixtures/environment):
+    # a cache directory the service user cannot write (triton's ~/.triton, flashinfer's
+    # ~/.cache/flashinfer, TVM-FFI's, torch inductor's), a CUDA library the loader cannot find
+    # (libcudart, libnvrtc, the driver's libcuda), triton without a C compiler, a JIT kernel
+    # build that fails (torch's cpp_extension; a capture class instead while a capture runs).
+    ("[Errno 13] Permission denied", FailureClass.ENVIRONMENT),
+    ("[Errno 30] Read-only file system", FailureClass.ENVIRONMENT),
+    ("cannot open shared object file", FailureClass.ENVIRONMENT),
+    ("Failed to find C compiler", FailureClass.ENVIRONMENT),
+    ("Error building extension '", FailureClass.ENVIRONMENT),
+    ("Command '['ninja', '-v'", FailureClass.ENVIRONMENT),
     # A port lost to a race: the errno text as Python prints it, as uvicorn >= 0.30 prints it
     # (`[Errno 98] error while attempting to bind on address (...): address already in use`),
     # torch's TCPStore (`EADDRINUSE`, `errno: 98`) and SGLang's own precheck of its derived ports
@@ -229,6 +240,11 @@ SIGNATURE_GATE = (
     "removing",
     "Ninja",
     "No such file",
+    "Errno",
+    "shared object",
+    "compiler",
+    "extension",
+    "Command '",
     "Address",
     "address",
     "Errno",
@@ -311,6 +327,34 @@ WORKER_READY = re.compile(r"^\[[^\]]*\] (?:Starting dummy health check server|"
 # The scheduler processes retitle themselves `sglang::scheduler_TP<n>`; a comm name is cut to 15
 # bytes (`sglang::schedul`), so match on a prefix.
 SCHEDULER_COMM_PREFIX = "sglang::sched"
+
+
+# The fix for each kind of environment failure, by the text of its line (first match wins);
+# FIX_HINTS[ENVIRONMENT] (a build tool) otherwise.
+ENVIRONMENT_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("[Errno 13] Permission denied", "[Errno 30] Read-only file system"),
+     "a directory the engine writes is not writable by the service user (the line names it; "
+     "usually a JIT cache: triton ~/.triton, flashinfer ~/.cache/flashinfer, TVM-FFI, torch "
+     "inductor): give the unit a writable HOME or XDG_CACHE_HOME, or point TRITON_CACHE_DIR / "
+     "TORCHINDUCTOR_CACHE_DIR at a writable directory in engine.env"),
+    (("cannot open shared object file",),
+     "a CUDA library the engine loads is missing (the line names it): install the matching CUDA "
+     "runtime into the engine's venv (nvidia-cuda-runtime / nvidia-cuda-nvrtc wheels) or add its "
+     "directory to LD_LIBRARY_PATH in engine.env; libcuda.so.1 comes with the NVIDIA driver"),
+    (("Failed to find C compiler",),
+     "triton compiles its launchers with a C compiler: install gcc (build-essential) or set CC "
+     "in engine.env"),
+    (("Error building extension '", "Command '['ninja', '-v'"),
+     "a JIT kernel build failed: the compiler's output above it in the engine log says why (a "
+     "CUDA toolkit that does not match torch's, missing headers); fix the toolchain, then start again"),
+)
+JIT_BUILD_FAILED = ("Error building extension '", "Command '['ninja', '-v'")
+
+
+def environment_fix(message: str) -> str:
+    """What the operator does about an `environment` failure that `message` shows."""
+    return next((fix for keys, fix in ENVIRONMENT_FIXES if any(k in message for k in keys)),
+                FIX_HINTS[FailureClass.ENVIRONMENT])
 
 
 def refused_flag(message: str) -> str | None:

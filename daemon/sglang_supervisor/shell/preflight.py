@@ -99,7 +99,11 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
                     renders: Mapping[str, RenderedCommand] | None = None,
                     derived: Mapping[str, Derivation] | None = None) -> Settings:
     t = config.timeouts
-    remembered = {n: d for n, d in (derived or {}).items() if d.base in config.profile_names}
+    # A multi-node group's workers render only the written profiles (grouplink: an unknown name
+    # is refused), so a group leader never derives: the ladder is what every node can start.
+    grouped = config.group is not None
+    remembered = {n: d for n, d in (derived or {}).items()
+                  if d.base in config.profile_names and not grouped}
     return Settings(
         profiles=with_remembered(config.profile_names, remembered),
         derived=remembered,
@@ -117,7 +121,7 @@ def policy_settings(config: Config, *, last_good: str | None, known_bad: Mapping
         temporary_wait_s=config.restart.temporary_wait_s,
         profile_flags={name: options_set(r.argv) for name, r in (renders or {}).items()},
         profile_args={name: effective_overlay(config, name)[0] for name in config.profile_names},
-        derive_on=frozenset(config.restart.derive),
+        derive_on=frozenset() if grouped else frozenset(config.restart.derive),
         derived_steps=config.restart.derived_steps,
     )
 

@@ -379,6 +379,28 @@ def parse_text(raw: bytes) -> State:
     return from_json(data)
 
 
+def remembered_derived(directory: str | os.PathLike[str], name: str | None,
+                       bases: Sequence[str]) -> dict[str, Derivation]:
+    """The derived profiles (core/derive.py) this model's state file remembers as having served,
+    on any fingerprint, whose written base is still one of `bases`; read-only (nothing created,
+    nothing locked), {} when the file is absent, unreadable or not ours to parse (render, doctor)."""
+    path = Path(directory) / state_file_name(name)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            return {}
+        parsed = parse_text(raw)
+    except (OSError, StateFormatError):
+        return {}
+    out: dict[str, Derivation] = {}
+    for fs in parsed.fingerprints.values():
+        for n, d in fs.derived.items():
+            if d.base in bases:
+                out.setdefault(n, d)
+    return out
+
+
 # -- file adapter ---------------------------------------------------------------------------------
 
 class StateStore:

@@ -201,7 +201,7 @@ class Launcher:
             return 130
 
     def _server_args_line(self) -> str:
-        args = self.cfg.server_args
+        args = startup.resolved_server_args(self.cfg)
         if self.cfg.spec.server_args_style == "dict":
             return f"server_args={args!r}"
         return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"

@@ -3,6 +3,7 @@
     SPEC  := KIND [":" ARG]... ["@" SECONDS] ["+" QUAL]...
     QUAL  := "rank=" N              (which TP rank fails; default 0)
            | "when=" FLAG["=" VALUE] (apply only if the command line has FLAG [with VALUE])
+           | "unless=" FLAG["=" VALUE] (apply only if it has not)
 
 Specs come from `--sim-fault SPEC` (repeatable) and `SGLANG_SIM_FAULTS` (separated by `,` or `;`).
 `+` separates qualifiers so that a spec stays one shell word and one list item.
@@ -19,19 +20,26 @@ CAPTURE_MODES = ("oom", "error", "no-ninja")
 HANG_STAGES = ("load", "capture", "serving")
 PORT_RACE_MODES = ("uvicorn", "precheck")
 CRASH_STAGES = ("load", "capture")
+# `env:MODE`: the host, not the profile, fails the start after weight load, before any capture
+# (simulator/startup.py ENV_FAULT_TEXT holds each mode's real line).
+ENV_MODES = ("cache-perm", "cache-readonly", "no-cudart", "no-nvrtc", "no-cc", "jit-build")
 # HTTP misbehaviours (`http:ENDPOINT:MODE`): which routes, and what they answer instead.
 HTTP_ENDPOINTS = ("generate", "health", "metrics", "server_info", "model_info", "load")
 HTTP_MODES = ("hang", "slow", "trickle", "garbage", "deep", "huge", "nonfinite")
 
 GRAMMAR_HELP = """\
 Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC"):
-  SPEC := KIND[:ARG...][@SECONDS][+rank=N][+when=--flag[=value]]
+  SPEC := KIND[:ARG...][@SECONDS][+rank=N][+when=--flag[=value]][+unless=--flag[=value]]
   capture-fail:PHASE[:oom|:error|:no-ninja]
                                    capture of PHASE fails (prefill, decode, verify, draft,
                                    draft-prefill, draft-decode, draft-extend; default oom);
                                    no-ninja: the JIT kernel build inside it finds no ninja
                                    (torch's `Ninja is required to load C++ extensions`)
   kv-oom                           the KV cache pool does not fit (after weight load)
+  env:MODE                         after weight load, before any capture, the host fails the
+                                   start: cache-perm / cache-readonly (a JIT cache directory not
+                                   writable), no-cudart / no-nvrtc (a CUDA library missing), no-cc
+                                   (triton finds no C compiler), jit-build (a kernel build fails)
   hang:load | hang:capture         output stops during weight load / capture, process stays
   hang:serving[@S]                 S s after ready the scheduler freezes (/health 503 after 20 s)
   crash:load | crash:capture       a rank is SIGKILLed during init (launcher exits 1)
@@ -66,7 +74,8 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
   happens on the node that hosts rank N); +when=--flag[=value] applies the fault only
-  when the command line has that flag (and value), e.g. to make one profile of a ladder fail."""
+  when the command line has that flag (and value), e.g. to make one profile of a ladder fail;
+  +unless=--flag[=value] only when it has not (a derived profile that sets the flag passes)."""
 
 
 class FaultSpecError(ValueError):
@@ -77,6 +86,7 @@ class FaultSpecError(ValueError):
 class WhenFlag:
     flag: str
     value: str | None
+    absent: bool = False  # `unless=`: the fault applies only without this flag (value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +101,13 @@ class Fault:
     when: tuple[WhenFlag, ...] = ()
 
     def applies_to(self, argv: Sequence[str]) -> bool:
-        return all(_has_flag(argv, w) for w in self.when)
+        return all(_has_flag(argv, w) != w.absent for w in self.when)
 
 
 _KINDS = (
     "capture-fail",
     "kv-oom",
+    "env",
     "hang",
     "crash",
     "watchdog",
@@ -161,11 +172,12 @@ def parse_fault(spec: str) -> Fault:
         key, sep, val = q.partition("=")
         if key == "rank" and sep and val.isdigit():
             rank = int(val)
-        elif key == "when" and sep and val.startswith("--"):
+        elif key in ("when", "unless") and sep and val.startswith("--"):
             flag, eq, fval = val.partition("=")
-            when.append(WhenFlag(flag, fval if eq else None))
+            when.append(WhenFlag(flag, fval if eq else None, absent=key == "unless"))
         else:
-            raise FaultSpecError(f"fault {spec!r}: bad qualifier {q!r}; use +rank=N or +when=--flag[=value]")
+            raise FaultSpecError(f"fault {spec!r}: bad qualifier {q!r}; use +rank=N, "
+                                 "+when=--flag[=value] or +unless=--flag[=value]")
     body, at_sep, at_text = head.partition("@")
     kind, *args = body.split(":")
     _one_of(spec, "fault kind", kind, _KINDS)
@@ -183,6 +195,10 @@ def parse_fault(spec: str) -> Fault:
         phase = _one_of(spec, "capture phase", args[0], CAPTURE_PHASES)
         mode = _one_of(spec, "capture failure mode", args[1], CAPTURE_MODES) if len(args) > 1 else "oom"
         return Fault(kind, stage=phase, mode=mode, rank=rank, when=tw, at_s=at_s)
+    if kind == "env":
+        nargs(1, 1, "env:" + "|".join(ENV_MODES))
+        return Fault(kind, stage=_one_of(spec, "environment failure", args[0], ENV_MODES), rank=rank,
+                     when=tw, at_s=at_s)
     if kind == "hang":
         nargs(1, 1, "hang:load, hang:capture or hang:serving[@S]")
         stage = _one_of(spec, "hang stage", args[0], HANG_STAGES)

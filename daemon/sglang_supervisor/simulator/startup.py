@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sglang_supervisor.simulator import logfmt, throughput
 from sglang_supervisor.simulator.args import SimConfig
@@ -173,6 +174,46 @@ def decode_batch_sizes(cfg: SimConfig) -> list[int]:
     return sizes or [1]
 
 
+def prefill_num_tokens(cfg: SimConfig) -> list[int]:
+    """The prefill graph's token counts: SGLang's list, capped by the max the command sets."""
+    sa = cfg.server_args
+    raw = sa.get("cuda_graph_max_bs_prefill") or sa.get("piecewise_cuda_graph_max_tokens")
+    top = int(raw) if raw not in (None, "", "None") else PREFILL_NUM_TOKENS[-1]
+    return [n for n in PREFILL_NUM_TOKENS if n <= top] or [PREFILL_NUM_TOKENS[0]]
+
+
+class _Record:
+    """A value whose repr is SGLang's dataclass repr (`CudaGraphConfig(decode=PhaseConfig(...))`)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def resolved_server_args(cfg: SimConfig) -> dict[str, Any]:
+    """The server_args dump with what SGLang resolves in it (engine/resolved.py): the graph sizes
+    as a per-phase record from 0.5.14 (a dict from 0.5.23), the flat `cuda_graph_max_bs` before."""
+    args = dict(cfg.server_args)
+    bs = decode_batch_sizes(cfg)
+    tokens = prefill_num_tokens(cfg)
+    if cfg.spec.capture_style == "legacy":
+        if args.get("cuda_graph_max_bs") in (None, "None"):
+            args["cuda_graph_max_bs"] = max(bs)
+        return args
+    phases = {"decode": (cfg.decode_backend, max(bs), bs),
+              "prefill": (cfg.prefill_backend, max(tokens), tokens)}
+    if cfg.spec.server_args_style == "dict":
+        args["cuda_graph_config"] = {ph: {"backend": b, "max_bs": m, "bs": list(v)}
+                                     for ph, (b, m, v) in phases.items()}
+    else:
+        inner = ", ".join(f"{ph}=PhaseConfig(backend={b!r}, max_bs={m}, bs={list(v)})"
+                          for ph, (b, m, v) in phases.items())
+        args["cuda_graph_config"] = _Record(f"CudaGraphConfig({inner})")
+    return args
+
+
 def _prefix(cfg: SimConfig, rank: int) -> str:
     return logfmt.rank_prefix(rank, cfg.tp_size)
 
@@ -249,6 +290,17 @@ def _oom(cfg: SimConfig, rank: int, mem: Memory) -> str:
 # torch.utils.cpp_extension.verify_ninja_availability's text: a JIT kernel build (the first
 # capture compiles sglang's kernels) on a host without ninja.
 NO_NINJA_TEXT = "RuntimeError: Ninja is required to load C++ extensions (pip install ninja to get it)"
+
+
+# `env:MODE` (faults.ENV_MODES): real lines (tests/fixtures/environment/README.md names sources).
+ENV_FAULT_TEXT = {
+    "cache-perm": "PermissionError: [Errno 13] Permission denied: '/var/lib/sglang/.triton'",
+    "cache-readonly": "OSError: [Errno 30] Read-only file system: '/var/lib/sglang/.cache/flashinfer'",
+    "no-cudart": "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+    "no-nvrtc": "ImportError: libnvrtc.so.12: cannot open shared object file: No such file or directory",
+    "no-cc": "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.",
+    "jit-build": "RuntimeError: Error building extension 'sgl_kernel_jit_norm'",
+}
 
 
 def _capture_failure(cfg: SimConfig, rank: int, mem: Memory, fault: Fault, phase: str) -> list[Step]:
@@ -460,6 +512,10 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
         klass = "Qwen3_5ForCausalLMMTP" if cfg.hybrid else cfg.model_class
         _load_weights(p, mem.draft_weights, 0.1 + mem.draft_weights / 1.6, klass, False)
     p.add(_sleep(0.5))
+    env = next((f for f in p.faults if f.kind == "env" and f.rank == rank), None)
+    if env is not None and env.stage is not None:
+        p.stop(*_traceback(cfg, rank, ENV_FAULT_TEXT[env.stage], None))
+        return p.steps
     if p.fault("kv-oom", any_rank=True) or mem.kv <= 0.05:
         if rank == 0 or p.fault("kv-oom") is None:
             p.stop(*_traceback(cfg, rank, _kv_oom(cfg, mem), None))
@@ -490,7 +546,7 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
                   and not cfg.server_args.get("enable_return_hidden_states"))
     prefill_desc = [
         f"{cfg.spec.prefill_progress} (num_tokens={n} avail_mem={p.avail:.2f} GB)"
-        for n in reversed(PREFILL_NUM_TOKENS)
+        for n in reversed(prefill_num_tokens(cfg))
     ]
     if eagle_skip:
         p.log(EAGLE_TARGET_PREFILL_OFF)
@@ -499,7 +555,7 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
             f"Capture piecewise CUDA graph begin. avail mem={p.avail:.2f} GB"
             if legacy
             else f"Capture target prefill CUDA graph begin. backend={cfg.prefill_backend}, "
-            f"num_tokens={list(PREFILL_NUM_TOKENS)}, avail mem={p.avail:.2f} GB"
+            f"num_tokens={prefill_num_tokens(cfg)}, avail mem={p.avail:.2f} GB"
         )
         _capture(p, "target", "prefill", "prefill", header, prefill_desc, t["prefill"], mem.prefill_graph)
     elif not legacy:
@@ -561,7 +617,7 @@ def _draft_graphs(p: _Phases, bs: list[int], draft_prefill: bool, legacy: bool) 
             "prefill",
             "draft-prefill",
             f"Capture draft prefill CUDA graph begin. backend=breakable, "
-            f"num_tokens={list(PREFILL_NUM_TOKENS)}, avail mem={p.avail:.2f} GB",
+            f"num_tokens={prefill_num_tokens(cfg)}, avail mem={p.avail:.2f} GB",
             desc,
             t["draft_prefill"],
             0.13,

@@ -1963,10 +1963,14 @@ class E2E:
                             (CANARY_NEW, "promoted") in verdicts and (CANARY_OLD, "rolled_back") in verdicts,
                             verdicts))
         path = sup.workdir / "doctor.json"
-        with path.open("wb") as f:
-            rc = subprocess.run([self.o.python, "-m", "sglang_supervisor", "doctor", "--config",
-                                 str(sup.cfg_path), "--json"], stdout=f, stderr=subprocess.STDOUT,
-                                timeout=180, check=False).returncode
+        rc: int | str
+        try:
+            with path.open("wb") as f:
+                rc = subprocess.run([self.o.python, "-m", "sglang_supervisor", "doctor", "--config",
+                                     str(sup.cfg_path), "--json"], stdout=f, stderr=subprocess.STDOUT,
+                                    timeout=max(30.0, min(180.0, self.left() - 30)), check=False).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
         doc: dict[str, Any] = {}
         with contextlib.suppress(ValueError):
             doc = json.loads(path.read_text(errors="replace"))

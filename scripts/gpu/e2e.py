@@ -1924,6 +1924,8 @@ class E2E:
         v = (sup.named("upgrade.verdict")[n_verdict:] or [(0, {})])[0][1]
         rolled = (sup.named("supervisor.reload_rolled_back") or [(0, {})])[-1][1]
         t_v = (sup.named("upgrade.verdict")[n_verdict:] or [(time.time(), {})])[0][0]
+        if again:  # the JSON log (a writer thread) may trail the READY=1 datagram a little
+            sup.wait(lambda: any(t >= t_v for t, _ in sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
         after = [d for t, d in sup.named("supervisor.ready") if t >= t_v]
         served = self.served_version(sup) if again else {}
         ref = v.get("reference_tok_s")

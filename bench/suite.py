@@ -101,14 +101,14 @@ def main() -> int:
     p.add_argument("--only", default=",".join(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)}")
     p.add_argument("--steady-seconds", type=float, default=None,
-                   help="duration of each steady-state phase (default 300, or 20 with --quick)")
+                   help="duration of each steady-state phase (default 300, or 15 with --quick)")
     p.add_argument("--starts", type=int, default=None,
                    help="engine starts for READY/respawn/stop distributions (default 50, or 6 with --quick)")
     p.add_argument("--out", default=str(ROOT / "docs" / "PERFORMANCE.md"), help="markdown report to write")
     p.add_argument("--json", default=None, help="also write the raw samples here")
     args = p.parse_args()
     if args.steady_seconds is None:
-        args.steady_seconds = 20.0 if args.quick else 300.0
+        args.steady_seconds = 15.0 if args.quick else 300.0
     if args.starts is None:
         args.starts = 6 if args.quick else 50
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]

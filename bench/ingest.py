@@ -136,7 +136,7 @@ def run(quick: bool) -> Section:
         "single write() (a blocked write = a slowed engine).",
     )
     reps = 3 if quick else 7
-    min_lines = 200_000 if quick else 1_000_000
+    min_lines = 100_000 if quick else 1_000_000
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         work = Path(tmp)
         corpus = work / "corpus.log"

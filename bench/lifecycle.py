@@ -301,7 +301,7 @@ def run(key: str, quick: bool, starts: int) -> Section:
         return sec
     if key == "hang":
         stall = 2.0
-        n = 5 if quick else 15
+        n = 3 if quick else 15
         sec = Section("hang", "Hang detection",
                       f"The engine stops writing during CUDA graph capture (`hang:capture`) on every "
                       f"profile; `timeouts.stall_s` = {stall} s. Measured: the wrapper's stamp of the last "

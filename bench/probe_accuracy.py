@@ -93,7 +93,7 @@ def run(quick: bool) -> Section:
         "per probe. Cost: tokens the probes read, per hour, at qwen.yaml's `probe.interval_s`.",
     )
     rates = (25.0, 55.0, 200.0)
-    runs = 3 if quick else 10
+    runs = 1 if quick else 10
     errors: list[float] = []
     vs_delivered: list[float] = []
     tokens: list[int] = []

@@ -10,6 +10,10 @@ import ingest
 from common import Dist, Row, Section, cpu_seconds, rss_bytes
 from lifecycle import HERE, BenchDaemon, bench_config
 
+HEALTH_INTERVAL_S = 10.0  # core/config.py's default timeouts.health_interval_s
+# Issue 26's targets: busy at most 1 % of a core, at rest at most 0.5 %.
+TARGET = {"busy": 1.0, "rest": 0.5}
+
 
 def phase(seconds: float, lines_per_s: float,
           probe_interval_s: float) -> tuple[float, list[int], dict[str, int]]:
@@ -18,6 +22,8 @@ def phase(seconds: float, lines_per_s: float,
         work = Path(tmp)
         data = bench_config(work)
         data["probe"].update({"interval_s": probe_interval_s, "input_tokens": 64, "max_new_tokens": 32})
+        # The deployment's health cadence (the config's default), not the lifecycle benchmarks' 1 s.
+        data["timeouts"]["health_interval_s"] = HEALTH_INTERVAL_S
         if lines_per_s > 0:
             corpus = work / "serving.log"
             ingest.build_corpus(corpus, 20_000, serving_only=True)
@@ -48,25 +54,29 @@ def run(quick: bool, seconds: float) -> Section:
         f"The supervisor (its own process only, not the engine) over {seconds:.0f} s after READY, "
         "CPU time from /proc/PID/stat and RSS sampled every second. Busy: a writer in the engine's "
         "process group adds 1000 real-format log lines/s (decode/prefill stats, HTTP access lines) to "
-        "the engine's output and the probe runs every 10 s. At rest: no extra output, probes every 300 s.",
+        "the engine's output and the probe runs every 10 s. At rest: no extra output, probes every 300 s. "
+        f"Both: the health check (the engine's /health and /metrics) every {HEALTH_INTERVAL_S:.0f} s.",
     )
     busy_cpu, busy_rss, busy_counts = phase(seconds, 1000, 10)
     rest_cpu, rest_rss, rest_counts = phase(seconds, 0, 300)
     sec.raw = {"busy": {"cpu": busy_cpu, "rss": busy_rss, **busy_counts},
                "rest": {"cpu": rest_cpu, "rss": rest_rss, **rest_counts}}
-    where = {  # from py-spy profiles of these phases on a 2-core host (2026-12-02)
-        "busy": " Where it goes: splitting and parsing every line, writing it to the engine log file "
-                "and forwarding it to the journal, on the pump's two threads; the event loop hears "
-                "of stat lines at most every 0.1 s (enginelog HAND_OVER_EVERY_S), not once per read.",
-        "rest": " Where it goes: the health check every 10 s (the engine's /health and /metrics) and "
-                "the scan of /proc for the engine's process family.",
+    where = {  # py-spy profiles and per-thread CPU (/proc/PID/task) of these phases (2026-12-03)
+        "busy": " Where it goes: the pump's reader thread (about half: the wake-ups of its paced "
+                "reads, every 50 ms once the engine is ready, and per line split, parse, format), "
+                "the event loop (the stat lines handed over every 0.1 s, the probe, the health "
+                "check) and the log writer; the bench's JSON log format costs ~3 µs a line where "
+                "journald costs ~0.4.",
+        "rest": " Where it goes: the health check (/health and /metrics), the event loop's heartbeat "
+                "every second and the scan of /proc for the engine's process family every 2 s.",
     }
     for label, key, cpu, rss, counts in (
             ("1000 lines/s + probe every 10 s", "busy", busy_cpu, busy_rss, busy_counts),
             ("at rest", "rest", rest_cpu, rest_rss, rest_counts)):
         r = Dist.of([b / 2**20 for b in rss])
-        why = "" if cpu <= 1.0 else where[key]
-        sec.rows.append(Row(f"CPU, {label}", f"{cpu:.2f} % of one core", "≤ 1 %", cpu <= 1.0,
+        target = TARGET[key]
+        why = "" if cpu <= target else where[key]
+        sec.rows.append(Row(f"CPU, {label}", f"{cpu:.2f} % of one core", f"≤ {target:g} %", cpu <= target,
                             f"{counts['probes']} probes ok, {counts['probe_failures']} failed, "
                             f"{counts['forwarded_lines']} engine lines forwarded.{why}"))
         over = r.max * 2**20 / 60e6 - 1

@@ -96,20 +96,21 @@ def kept_by_hand(out: Path) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="bench/run", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="short phases, fewer repetitions")
+    p.add_argument("--quick", action="store_true",
+                   help="short phases, fewer repetitions: every section in under 3 minutes, noisier")
     p.add_argument("--only", default=",".join(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)}")
     p.add_argument("--steady-seconds", type=float, default=None,
-                   help="duration of each steady-state phase (default 300, or 30 with --quick)")
+                   help="duration of each steady-state phase (default 300, or 15 with --quick)")
     p.add_argument("--starts", type=int, default=None,
-                   help="engine starts for READY/respawn/stop distributions (default 50, or 12 with --quick)")
+                   help="engine starts for READY/respawn/stop distributions (default 50, or 6 with --quick)")
     p.add_argument("--out", default=str(ROOT / "docs" / "PERFORMANCE.md"), help="markdown report to write")
     p.add_argument("--json", default=None, help="also write the raw samples here")
     args = p.parse_args()
     if args.steady_seconds is None:
-        args.steady_seconds = 30.0 if args.quick else 300.0
+        args.steady_seconds = 15.0 if args.quick else 300.0
     if args.starts is None:
-        args.starts = 12 if args.quick else 50
+        args.starts = 6 if args.quick else 50
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(SECTIONS))
     if unknown:

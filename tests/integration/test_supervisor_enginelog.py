@@ -207,8 +207,16 @@ class EventfulParser(Parser):
         return super().feed_line(line)
 
 
-def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["forward_batch", "forward_inline"])
+def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path, how: str) -> None:
+    """forward_batch runs on the pump's forwarding thread, forward_inline on the reader itself
+    (no forwarding thread: one wake-up per read less); both get the same lines in the same order."""
     batches: list[list[tuple[str, int, str | None]]] = []
+    threads: set[str] = set()
+
+    def take(batch: list[tuple[str, int, str | None]]) -> None:
+        threads.add(threading.current_thread().name)
+        batches.append(batch)
     now = [100.0]
     body = [f"GET /metrics {i}" for i in range(300)]
     payload = [
@@ -223,7 +231,8 @@ def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path) -> None:
         done = asyncio.Event()
         pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
                              splitter=Splitter(), parser=EventfulParser(), on_output=lambda evs: None,
-                             on_eof=done.set, forward_batch=batches.append, clock=lambda: now[0])
+                             on_eof=done.set, clock=lambda: now[0], name="pump",
+                             **{how: take})  # type: ignore[arg-type]
         pump.start()
         os.write(w, payload[0])
         await asyncio.sleep(0.05)
@@ -247,6 +256,7 @@ def test_pump_forwards_whole_reads_as_batches_in_order(tmp_path: Path) -> None:
         ("Capturing 30%", PRIORITY_INFO, "TP0"),
     ]
     assert len(batches) < len(forwarded) / 10  # handed over per read, not per line
+    assert threads == {"pump" if how == "forward_inline" else "pump-forward"}
     assert pump.stats.forwarded == len(forwarded)
     assert pump.stats.forward_dropped == 0
     assert pump.stats.lines == len(body) + 8  # the blank line counts, it is just not forwarded
@@ -300,13 +310,17 @@ def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path, lines: 
     assert (tmp_path / "e.log").read_bytes() == b"".join(payload)
 
 
-def test_forward_and_forward_batch_are_one_or_the_other(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pair", [("forward", "forward_batch"), ("forward", "forward_inline"),
+                                  ("forward_batch", "forward_inline")])
+def test_forward_forward_batch_and_forward_inline_are_one_or_another(tmp_path: Path,
+                                                                      pair: tuple[str, str]) -> None:
     loop = asyncio.new_event_loop()
+    given: dict[str, Callable[..., None]] = {name: (lambda *a: None) for name in pair}
     try:
-        with pytest.raises(ValueError, match="forward or forward_batch"):
+        with pytest.raises(ValueError, match="one of forward, forward_batch or forward_inline"):
             EngineLogPump(-1, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 100, 1),
                           splitter=Splitter(), parser=Parser(), on_output=lambda evs: None,
-                          on_eof=lambda: None, forward=lambda *a: None, forward_batch=lambda b: None)
+                          on_eof=lambda: None, **given)  # type: ignore[arg-type]
     finally:
         loop.close()
 
@@ -389,3 +403,48 @@ def test_held_output_reaches_the_loop_without_more_output(tmp_path: Path) -> Non
 
     got = asyncio.run(main())
     assert [e.line_no for e in got] == [1, 2]
+
+
+@pytest.mark.parametrize("leader_exits", [False, True], ids=["running", "leader-exited"])
+def test_a_serving_engines_chatter_is_read_in_paced_batches_and_nothing_is_lost(
+        tmp_path: Path, leader_exits: bool) -> None:
+    """After the ready line a chatty engine is read in paced batches (enginelog `_pace`): every
+    byte still reaches the file, every line the forwarder and every event the loop, in order; the
+    wake fd (the leader's pidfd in the daemon; a pipe here, readable once the leader 'exited')
+    ends the pauses and is closed by the pump."""
+    chatter = [f"Decode batch {i}\n".encode() if i % 3 else f"GET /health {i}\n".encode()
+               for i in range(120)]
+    payload = [b"The server is fired up and ready to roll!\n", *chatter, b"RuntimeError: late\n"]
+    forwarded: list[tuple[str, int, str | None]] = []
+    wake_r, wake_w = os.pipe()
+    if leader_exits:
+        os.write(wake_w, b"x")
+
+    async def main() -> tuple[EngineLogPump, list[EngineEvent]]:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        got: list[EngineEvent] = []
+        done = asyncio.Event()
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=Parser(), on_output=got.extend,
+                             on_eof=done.set, forward_inline=forwarded.extend, wake_fd=wake_r)
+        pump.start()
+        for chunk in payload:
+            os.write(w, chunk)
+            await asyncio.sleep(0.001)
+        os.close(w)
+        await asyncio.wait_for(done.wait(), 10)
+        assert pump.join(10)
+        return pump, got
+
+    try:
+        pump, got = asyncio.run(main())
+    finally:
+        os.close(wake_w)
+    assert (tmp_path / "e.log").read_bytes() == b"".join(payload)
+    assert [text for text, _, _ in forwarded] == [c.decode().rstrip("\n") for c in payload]
+    assert [type(e) for e in got] == [ServerReady] + [DecodeStats] * 80 + [EngineFailed]
+    assert [e.line_no for e in got] == sorted(e.line_no for e in got)
+    assert pump.stats.internal_errors == 0
+    with pytest.raises(OSError):
+        os.fstat(wake_r)  # the pump closed it

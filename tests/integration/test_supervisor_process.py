@@ -105,3 +105,37 @@ def test_sigkilled_supervisor_leaves_no_orphan(tmp_path: Path) -> None:
     finally:
         sup.kill()
         sup.wait()
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polling"])
+def test_wait_returns_the_exit_code_with_and_without_a_pidfd(monkeypatch: pytest.MonkeyPatch,
+                                                              pidfd: bool) -> None:
+    """wait() sleeps on the leader's pidfd (no wake-up until it exits) and falls back to polling
+    where the kernel has none; the exit code is the same either way."""
+    from sglang_supervisor.shell import process
+
+    opened: list[int] = []
+    real = process._pidfd
+
+    def spy(pid: int) -> int | None:
+        fd = real(pid) if pidfd else None
+        opened.append(-1 if fd is None else fd)
+        return fd
+
+    monkeypatch.setattr(process, "_pidfd", spy)
+    proc = EngineProcess.spawn(["sleep", "30"], {"PATH": os.environ["PATH"]})
+
+    async def main() -> int:
+        waiting = asyncio.create_task(proc.wait())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # still running
+        os.kill(proc.pid, signal.SIGTERM)
+        return await asyncio.wait_for(waiting, 10)
+
+    assert asyncio.run(main()) == -signal.SIGTERM
+    assert len(opened) == 1 and (opened[0] >= 0) == pidfd
+    if pidfd:
+        with pytest.raises(OSError):
+            os.fstat(opened[0])  # closed after use
+    os.close(proc.stdout_fd)
+    os.close(proc.stderr_fd)

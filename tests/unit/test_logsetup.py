@@ -525,3 +525,22 @@ def test_line_heads_follow_later_settings(journal_socket: tuple[socket.socket, s
                           journal_socket=path, identifier=name)
         log_engine_line("c", 6, rank="TP0")
         assert _read_journal_datagram(sock)["SYSLOG_IDENTIFIER"] == name
+
+
+def test_engine_lines_nowait_drop_without_a_background_writer_and_pass_with_one() -> None:
+    """The engine pipe's reader forwards with log_engine_lines_nowait: it must never write (and
+    maybe block) on the reader's thread, so without a background writer the lines are counted
+    as dropped; with one they reach the output as log_engine_lines' would."""
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False)
+    assert not logsetup.background_logging()
+    logsetup.log_engine_lines_nowait([("held back", 6, None), ("and this", 6, None)])
+    assert buf.getvalue() == "" and logsetup.dropped_lines() == 2
+    buf = io.StringIO()
+    configure_logging("journald", buf, native_journal=False, background=True)
+    assert logsetup.background_logging()
+    logsetup.log_engine_lines_nowait([("it goes", 6, None)])
+    logsetup.shutdown_logging()
+    assert buf.getvalue() == "<6>engine.output source=engine text=\"it goes\"\n"
+    assert logsetup.dropped_lines() == 0
+    assert not logsetup.background_logging()  # after shutdown_logging: written directly again

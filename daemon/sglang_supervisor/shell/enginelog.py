@@ -9,8 +9,10 @@ Every byte of both goes (redacted) into the size-rotated engine log file, whole 
 (`logmux`); the text is split into lines (`\\n` and `\\r`, so progress frames count as output),
 stderr's parsed into `EngineEvent`s that are handed to the asyncio loop, and forwarded to the
 supervisor's own log (journald/stdout) through a bounded queue that drops, and counts, rather than
-waits when stdout is slow. Forwarding works per read, not per line: a flood of engine output is one
-hand-over and one write per 64 KiB, so the supervisor keeps up with it instead of dropping most of it.
+waits when stdout is slow (the daemon's: the log sink's own queue, `forward_inline`; any other
+callee: the pump's queue and forwarding thread). Forwarding works per read, not per line: a flood
+of engine output is one hand-over and one write per 64 KiB, so the supervisor keeps up with it
+instead of dropping most of it. A serving engine's chatter is read in paced batches (`_pace`).
 
 Nothing here may stop reading either pipe: a full disk, a deleted log file or a stuck journald are
 counted, never raised. A full pipe would freeze SGLang mid-capture.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import os
 import selectors
 import threading
@@ -43,6 +46,7 @@ from sglang_supervisor.core.events import (
     EngineFailed,
     LogOnStdout,
     PrefillStats,
+    ServerReady,
     TracebackLine,
 )
 from sglang_supervisor.core.logmux import LineMux
@@ -68,6 +72,20 @@ FORWARD_QUEUE_BYTES = 4 << 20
 # timer hears of such output this much late at most: nothing next to its seconds-long deadlines.
 HAND_OVER_EVERY_S = 0.1
 _PASSIVE = (DecodeStats, PrefillStats)
+# A serving engine that writes a little, often (SGLang flushes each log record: stat lines, access
+# lines) is read at most every COALESCE_S: one wake-up, one file write and one hand-over per pause,
+# not one per write. Only once the engine said it is ready (ServerReady passed through the pump):
+# up to then each read goes at once, so the startup's events (capture, ready) are never held. Then
+# output after a quiet spell is still read at once (a lone crash line is never held); one amid the
+# chatter waits COALESCE_S at most, inside HAND_OVER_EVERY_S. A read of a quarter of READ_SIZE or
+# more is never paused on, and only pipes the kernel let us widen to PIPE_BYTES are paused on at
+# all: the engine must never find its pipe full.
+COALESCE_S = 0.05
+COALESCE_MIN_PIPE = 256 << 10
+# forward_inline gets the lines with each hand-over to the loop, or this many at once under a flood
+# (the log writer then writes them at once instead of gathering a trickle itself).
+INLINE_BATCH_LINES = 256
+PIPE_BYTES = 1 << 20
 
 PRIORITY_ERROR = 3
 PRIORITY_WARNING = 4
@@ -301,6 +319,20 @@ class RotatingByteLog:
 
 # ------------------------------------------------------------------------------ the pump
 
+def _pipe_size(fd: int) -> int:
+    """Widen pipe `fd` to PIPE_BYTES where allowed; its size now (not a pipe: READ_SIZE)."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    get_size = getattr(fcntl, "F_GETPIPE_SZ", None)
+    if set_size is None or get_size is None:
+        return READ_SIZE
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, set_size, PIPE_BYTES)  # refused above /proc/sys/fs/pipe-max-size
+    try:
+        return int(fcntl.fcntl(fd, get_size))
+    except OSError:
+        return READ_SIZE
+
+
 @dataclass
 class PumpStats:
     bytes: int = 0
@@ -347,7 +379,12 @@ class EngineLogPump:
     every HAND_OVER_EVERY_S with everything read since, in order; `on_eof()` runs on `loop` after
     the last read of both, and after the last `on_output`. Forwarded lines
     go, in order, to `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)`
-    once per line; both run on the pump's forwarding thread, never on the reader.
+    once per line; both run on the pump's forwarding thread, never on the reader. Or they go to
+    `forward_inline(lines)` once per read, on the reader itself, with no forwarding thread: only
+    for a callee that never blocks (the daemon's background log sink, a bounded queue that drops),
+    which saves a thread's wake-up per read. `wake_fd` (the pump closes it), readable once the
+    engine's leader exited (its pidfd), ends the pauses of a chatty engine's paced reads
+    (`_pace`), so that the output's end and EOF are read at once.
     """
 
     def __init__(
@@ -365,13 +402,15 @@ class EngineLogPump:
         secrets: Iterable[str] = (),
         forward: ForwardFn | None = None,
         forward_batch: ForwardBatchFn | None = None,
+        forward_inline: ForwardBatchFn | None = None,
+        wake_fd: int | None = None,
         forward_queue: int = FORWARD_QUEUE_LINES,
         forward_queue_bytes: int = FORWARD_QUEUE_BYTES,
         clock: Callable[[], float] = time.monotonic,
         name: str = "engine-log",
     ) -> None:
-        if forward is not None and forward_batch is not None:
-            raise ValueError("give the pump forward or forward_batch, not both")
+        if sum(f is not None for f in (forward, forward_batch, forward_inline)) > 1:
+            raise ValueError("give the pump one of forward, forward_batch or forward_inline")
         if (echo_fd is None) != (echo_splitter is None):
             raise ValueError("give the pump echo_fd and echo_splitter together (one splitter a stream)")
         secrets = tuple(secrets)
@@ -386,7 +425,8 @@ class EngineLogPump:
         self._on_eof = on_eof
         self._forward_line = forward
         self._forward_batch = forward_batch
-        self._forwarding = forward is not None or forward_batch is not None
+        self._forward_inline = forward_inline
+        self._forwarding = forward is not None or forward_batch is not None or forward_inline is not None
         self._queue: BatchQueue[ForwardLine] = BatchQueue(forward_queue, forward_queue_bytes)
         self._clock = clock
         self._last_progress = -PROGRESS_FORWARD_S
@@ -398,13 +438,25 @@ class EngineLogPump:
         self._held: list[EngineEvent] = []  # passive events not handed to the loop yet
         self._holding = False  # output (with or without events) the loop has not heard of
         self._last_hand_over = -HAND_OVER_EVERY_S
+        self._inline_held: list[ForwardLine] = []  # for forward_inline, with the next hand-over
+        self._init_pacing([fd] if echo_fd is None else [fd, echo_fd], wake_fd)
         self.stats = PumpStats()
         self._reader = threading.Thread(target=self._read_loop, name=name, daemon=True)
         self._forwarder = threading.Thread(target=self._forward_loop, name=f"{name}-forward",
                                            daemon=True)
 
+    def _init_pacing(self, fds: list[int], wake_fd: int | None) -> None:
+        """The state of `_pace`: pipes widened, nothing chatty yet."""
+        self._chatty = False  # output comes often and little at a time: read it in batches
+        self._last_round = -COALESCE_S
+        pipe = min(_pipe_size(f) for f in fds)
+        self._coalesce_below = READ_SIZE // 4 if pipe >= COALESCE_MIN_PIPE else 0
+        self._serving = False  # ServerReady passed: from now on a chatty engine is read in batches
+        self._wake_fd = wake_fd  # readable: the engine is ending, pause no more (the pump closes it)
+        self._pause: selectors.BaseSelector | None = None
+
     def start(self) -> None:
-        if self._forwarding:
+        if self._forwarding and self._forward_inline is None:
             self._forwarder.start()
         self._reader.start()
 
@@ -433,6 +485,11 @@ class EngineLogPump:
 
     def _read_loop(self) -> None:
         try:
+            if self._wake_fd is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    pause = selectors.DefaultSelector()
+                    pause.register(self._wake_fd, selectors.EVENT_READ)
+                    self._pause = pause
             with selectors.DefaultSelector() as sel:
                 for st in self._streams:
                     try:
@@ -440,8 +497,8 @@ class EngineLogPump:
                     except (OSError, ValueError):
                         self._chunk(st, b"", final=True)
                 while sel.get_map():
-                    ready = sel.select(self._wait())
-                    for key, _ in ready:
+                    got = 0
+                    for key, _ in self._select(sel):
                         st = key.data
                         try:
                             data = os.read(st.fd, READ_SIZE)
@@ -451,7 +508,9 @@ class EngineLogPump:
                             data = b""
                         if not data:
                             sel.unregister(st.fd)
+                        got = max(got, len(data))
                         self._chunk(st, data, final=not data)
+                    self._pace(got)
                     if self._mux.holding():
                         self._log.write(self._mux.idle(self._clock()))
                     if self._holding and self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S:
@@ -459,12 +518,44 @@ class EngineLogPump:
         finally:
             if self._holding:
                 self._hand_over()
+            self._flush_inline()
             self._log.close()
             for st in self._streams:
                 with contextlib.suppress(OSError):
                     os.close(st.fd)
+            if self._pause is not None:
+                self._pause.close()
+            if self._wake_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._wake_fd)
             self._queue.close()  # the forwarder writes what is queued, then ends
             self._to_loop(self._on_eof)
+
+    def _select(self, sel: selectors.BaseSelector) -> list[tuple[selectors.SelectorKey, int]]:
+        """The streams with output (or EOF). A chatty engine (see `_pace`) is let write for up
+        to COALESCE_S first, so that one wake-up reads what several of its writes brought."""
+        if self._chatty:
+            wait = self._wait()
+            pause = COALESCE_S if wait is None else min(COALESCE_S, wait)
+            if self._pause is None:
+                time.sleep(pause)
+            elif self._pause.select(pause):  # the leader exited: read on to EOF without pauses
+                self._coalesce_below = 0
+            ready = sel.select(0)
+            if ready:
+                return ready
+            self._chatty = False  # it went quiet: the next output is read the moment it comes
+        return sel.select(self._wait())
+
+    def _pace(self, got: int) -> None:
+        """After a round of reads of at most `got` bytes each: chatty when this round came less
+        than COALESCE_S after the previous one, or out of a coalescing pause, with little in
+        it. A flood (a read near the pipe's size) is read at once, never paused on: the pipe
+        must not fill. Output after a quiet spell is read at once, an event in it too."""
+        now = time.monotonic()
+        self._chatty = (self._serving and got < self._coalesce_below
+                        and (self._chatty or now - self._last_round < COALESCE_S))
+        self._last_round = now
 
     def _wait(self) -> float | None:
         """How long to wait for output: for ever, unless a partial line waits for a quiet stream
@@ -476,14 +567,18 @@ class EngineLogPump:
 
     def _note_output(self, events: list[EngineEvent]) -> None:
         """Output was read: hand it (and what is held) to the loop now if it carries an event
-        that matters or the last hand-over is old enough, else hold it."""
+        that matters or the last hand-over is old enough, else hold it. The engine's ready line
+        starts the paced reads of a serving engine (`_pace`)."""
         self._held += events
         self._holding = True
+        if not self._serving and any(isinstance(e, ServerReady) for e in events):
+            self._serving = True
         if (self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S
                 or any(not isinstance(e, _PASSIVE) for e in events)):
             self._hand_over()
 
     def _hand_over(self) -> None:
+        self._flush_inline()
         held, self._held = self._held, []
         self._holding = False
         self._last_hand_over = self._clock()
@@ -507,9 +602,9 @@ class EngineLogPump:
             if final and st.parsed:  # a traceback block still open at EOF is closed (and classified) now
                 events += self._parser.finish()
                 if self._forwarding and self._usage.folding:
-                    note = [(text, PRIORITY_INFO, None) for text in self._usage.end()]
+                    note: list[ForwardLine] = [(text, PRIORITY_INFO, None) for text in self._usage.end()]
                     if note:
-                        self.stats.forward_dropped += self._queue.put(note, 0)
+                        self._put_forward(note, 0)
             self.stats.events += len(events)
             if raw or events:
                 self._note_output(events)
@@ -531,7 +626,7 @@ class EngineLogPump:
                 echoes: list[ForwardLine] = [(line, PRIORITY_INFO, None) for line in lines
                                              if line and not line.isspace()]
                 if echoes:
-                    self.stats.forward_dropped += self._queue.put(echoes, size)
+                    self._put_forward(echoes, size)
             return events
         try:
             return self._parse_stderr(lines, size, events)
@@ -577,7 +672,7 @@ class EngineLogPump:
                     append(item)
         finally:  # what was parsed before a parser bug is still forwarded, in order
             if batch:
-                self.stats.forward_dropped += self._queue.put(batch, size)
+                self._put_forward(batch, size)
         return events
 
     def _forward_item(self, line: str, events: list[EngineEvent]) -> ForwardLine | None:
@@ -588,6 +683,27 @@ class EngineLogPump:
             self._last_progress = now
         rank = next((e.rank for e in events if e.rank is not None), None)
         return line, line_priority(events), rank
+
+    def _put_forward(self, batch: list[ForwardLine], size: int) -> None:
+        """One read's forwarded lines: queued for the forwarding thread, or held for `forward_inline`
+        (on this thread), which gets them with the next hand-over to the loop (or INLINE_BATCH_LINES
+        at a time): one hand-over to the log writer per pause, not one per read."""
+        if self._forward_inline is None:
+            self.stats.forward_dropped += self._queue.put(batch, size)
+            return
+        self._inline_held += batch
+        if len(self._inline_held) >= INLINE_BATCH_LINES:
+            self._flush_inline()
+
+    def _flush_inline(self) -> None:
+        batch, self._inline_held = self._inline_held, []
+        if not batch or self._forward_inline is None:
+            return
+        try:
+            self._forward_inline(batch)
+            self.stats.forwarded += len(batch)
+        except Exception:
+            self.stats.internal_errors += 1
 
     def _forward_loop(self) -> None:
         while True:

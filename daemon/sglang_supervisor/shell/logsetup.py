@@ -520,6 +520,25 @@ def log_engine_lines(lines: Sequence[EngineLine], max_priority: int = 7) -> None
         sink.emit_items(items)
 
 
+def background_logging() -> bool:
+    """Whether a background writer takes what is logged (`configure_logging(background=True)`):
+    then handing lines over never blocks the caller (a bounded queue that drops)."""
+    sink = _state.sink
+    return sink is not None and sink._queue is not None
+
+
+def log_engine_lines_nowait(lines: Sequence[EngineLine], max_priority: int = 7) -> None:
+    """`log_engine_lines` for a caller that must never block (the engine pipe's reader): with no
+    background writer running (not configured so, or after `shutdown_logging`) the lines are
+    dropped, and counted in `dropped_lines`, instead of written on the caller's thread."""
+    sink = _state.sink
+    if sink is None or sink._queue is None:
+        if sink is not None:
+            sink.dropped += len(lines)
+        return
+    log_engine_lines(lines, max_priority)
+
+
 def _truncated(text: str) -> str:
     return f"{text[:MAX_ENGINE_LINE_CHARS]}… [truncated, {len(text)} chars in the engine log]"
 

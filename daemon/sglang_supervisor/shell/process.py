@@ -158,9 +158,24 @@ class EngineProcess:
     def returncode(self) -> int | None:
         return self.popen.poll()
 
+    def exit_fd(self) -> int | None:
+        """A new pidfd of the leader, readable once it exits (the caller closes it); None where
+        the kernel has none or it was reaped already."""
+        return None if self.popen.poll() is not None else _pidfd(self.pid)
+
     async def wait(self) -> int:
-        """Wait for the leader to exit (polling: no SIGCHLD handler fights with asyncio's)."""
-        while True:
+        """Wait for the leader to exit: on its pidfd where the kernel has them (Linux 5.3+: no
+        wake-up until it exits), else polling; either way no SIGCHLD handler fights with asyncio's."""
+        rc = self.popen.poll()
+        if rc is not None:
+            return rc
+        fd = _pidfd(self.pid)
+        if fd is not None:
+            try:
+                await _readable(fd)
+            finally:
+                os.close(fd)
+        while True:  # the pidfd said it exited (poll reaps it now), or there was none
             rc = self.popen.poll()
             if rc is not None:
                 return rc
@@ -265,6 +280,37 @@ class ProcEntry:
     state: str
     name: str
     start: int  # clock ticks after boot
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of our not yet reaped child `pid` (readable once it exits); None where the kernel or
+    Python has none."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+async def _readable(fd: int) -> None:
+    """Until `fd` is readable (returns at once where the loop cannot watch it)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    try:
+        loop.add_reader(fd, wake)
+    except (NotImplementedError, OSError, ValueError):
+        return
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 def parse_stat(pid: int, text: str) -> ProcEntry:

@@ -50,7 +50,12 @@ from sglang_supervisor.shell.apikey import remove_secret_config, write_secret_co
 from sglang_supervisor.shell.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.shell.grouplink import MEMBER_FAILED_DRAIN_S, local_capture_keys
 from sglang_supervisor.shell.jitcache import engine_cache_env, gpu_models, torch_version
-from sglang_supervisor.shell.logsetup import EngineLine, log_engine_lines
+from sglang_supervisor.shell.logsetup import (
+    EngineLine,
+    background_logging,
+    log_engine_lines,
+    log_engine_lines_nowait,
+)
 from sglang_supervisor.shell.preflight import capture_keys, gpu_indices, port_taken
 from sglang_supervisor.shell.process import EngineProcess, venv_bin_dir
 
@@ -254,6 +259,14 @@ class EngineRunner:
         def forward(lines: Sequence[EngineLine]) -> None:
             log_engine_lines(lines, max_priority=forward_max)
 
+        def forward_nowait(lines: Sequence[EngineLine]) -> None:
+            log_engine_lines_nowait(lines, max_priority=forward_max)
+
+        # The daemon's log sink writes from its own thread through a bounded queue: the reader
+        # hands each read's lines to it directly, one thread hop per read instead of two.
+        forwarding = sup.config.logging.forward_engine_output
+        inline = forwarding and background_logging()
+
         return EngineLogPump(
             proc.stderr_fd, loop=sup.loop,
             log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
@@ -262,7 +275,9 @@ class EngineRunner:
             echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self.on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
-            forward_batch=forward if sup.config.logging.forward_engine_output else None,
+            forward_batch=forward if forwarding and not inline else None,
+            forward_inline=forward_nowait if inline else None,
+            wake_fd=proc.exit_fd(),  # the pump's paced reads end when the leader exits
             name=f"engine-log-{attempt}")
 
     def engine_for(self, attempt: int) -> Engine:

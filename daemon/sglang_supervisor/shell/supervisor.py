@@ -66,6 +66,7 @@ from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import remove_secret_config
 from sglang_supervisor.shell.codestamp import code_stamp
+from sglang_supervisor.shell.fidelitycheck import FidelityChecker
 from sglang_supervisor.shell.grouplink import LeaderLink
 from sglang_supervisor.shell.guard import TaskGuard
 from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
@@ -143,6 +144,7 @@ class Supervisor:
         self.timers = Timers(self.inbox.put)
         self.runner = EngineRunner(self)
         self.serving = Serving(self)
+        self.fidelity = FidelityChecker(self)
         self.reloader = Reloader(self)
         self._guard = TaskGuard(self._internal_error)
         self.client: httpx.AsyncClient | None = None
@@ -224,6 +226,7 @@ class Supervisor:
             "engine_log_writable": self.runner.log_spell is None,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": monitor.status() if monitor else None,
+            "fidelity": self.fidelity.status(),
             "last_reload": self.reloader.last,
             "below_best_profile_seconds": round(self._below_best_seconds(), 1),
             "readyz": self.presence.readiness().reason,

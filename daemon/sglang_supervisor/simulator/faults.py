@@ -63,6 +63,11 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    failure/crash/capture/ready lines are echoed like
                                    --log-requests does (on stdout, in its
                                    --log-requests-level/-format)
+  garbage-output[@S]               from S s after ready (0: from the start) greedy outputs and
+                                   teacher-forced log-probs are those of a broken model
+  late-divergence[@S]              greedy outputs agree for their first 24 tokens, then differ;
+                                   log-probs differ by rounding noise only (must pass fidelity)
+  accept-collapse[@S]              speculative decoding accepts no draft token (accept length 1)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
   happens on the node that hosts rank N); +when=--flag[=value] applies the fault only
@@ -112,8 +117,12 @@ _KINDS = (
     "http",
     "health-fine-generate-hangs",
     "health-slow-under-load",
+    "garbage-output",
+    "late-divergence",
+    "accept-collapse",
 )
-_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile", "http",
+_TIMED = {"garbage-output", "late-divergence", "accept-collapse",
+          "hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile", "http",
           "health-fine-generate-hangs"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib.util
 import json
 import os
@@ -124,6 +125,43 @@ class Stutter:
         if self.thread.is_alive():
             self.thread.join(5)
         self._signal(sorted(self.seen), signal.SIGCONT)
+
+
+# Scenario 13: the profile the fidelity reference is taken under.
+FID_REFERENCE = "eager"
+
+
+def damage_layer(path: Path) -> dict[str, Any]:
+    """Multiply the last decoder layer's MLP down and attention output projections by 256 in a
+    safetensors file, in place (+8 on each element's exponent): the checkpoint still loads, the
+    layer's contribution swamps the residual stream, the model computes something else. Plain
+    bytes (bf16/f32): no torch needed."""
+    import array
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    layers = sorted({int(m.group(1)) for k in header if (m := re.match(r"model\.layers\.(\d+)\.", k))})
+    if not layers:
+        return {"damaged": [], "error": "no model.layers.N tensors"}
+    last = layers[-1]
+    kinds = {"BF16": ("H", 8 << 7, 0x7F80), "F32": ("I", 8 << 23, 0x7F800000)}  # code, +8 exp, exp mask
+    done = []
+    for name, meta in header.items():
+        if name == "__metadata__" or not name.startswith(f"model.layers.{last}."):
+            continue
+        if not name.endswith(("mlp.down_proj.weight", "self_attn.o_proj.weight")) or meta["dtype"] not in kinds:
+            continue
+        code, step, mask = kinds[meta["dtype"]]
+        begin, end = (8 + n + o for o in meta["data_offsets"])
+        vals = array.array(code, bytes(raw[begin:end]))  # little endian on x86
+        for i, v in enumerate(vals):
+            exp = v & mask
+            if exp and exp + step < mask:  # not zero/subnormal, and no overflow into inf
+                vals[i] = v + step
+        raw[begin:end] = vals.tobytes()
+        done.append(name)
+    path.write_bytes(bytes(raw))
+    return {"layer": last, "damaged": done, "factor": 256}
 
 
 # Scenario 3's ladder: a memory fraction that leaves no KV cache (a real, fast start failure),
@@ -1351,6 +1389,102 @@ class E2E:
             sup.close()
         self.record("s12_unexplained", checks, res)
 
+    # -- scenario 13: output fidelity (issue 23) -------------------------------------------------
+
+    def fidelity_model(self) -> str:
+        """A private copy of the tiny checkpoint (real: its weights are damaged later, in place)."""
+        if not self.real:
+            return self.o.model
+        src = Path(self.o.model)
+        if not (src / "model.safetensors").exists():
+            src = self.work / "fid-src"
+            subprocess.run([self.o.engine_python, str(Path(__file__).parent / "make_tiny_qwen3.py"), str(src)],
+                           capture_output=True, timeout=300, check=False)
+        dst = self.work / "fid-model"
+        shutil.copytree(src, dst)
+        return str(dst)
+
+    def fidelity_run(self, name: str, model: str, profiles: list[dict[str, Any]], state_dir: Path,
+                     faults: str = "") -> dict[str, Any]:
+        """One supervised start: READY (or its end), the fidelity events, stopped."""
+        cfg = build_config(engine=self.o.engine, python=self.o.engine_python, model=model, port=free_port(),
+                           metrics_port=free_port(), workdir=self.work / name, tp=self.o.tp,
+                           time_scale=self.o.time_scale, profiles=copy.deepcopy(profiles))
+        cfg["state_dir"] = str(state_dir)  # one reference for every run of the scenario
+        # The damaged run's ladder is graphs alone: the reference exists, none is taken there.
+        cfg["fidelity"] = {"interval_s": 0, **({"reference_profile": FID_REFERENCE}
+                                               if any(p["name"] == FID_REFERENCE for p in profiles) else {})}
+        if faults:
+            cfg["profiles"][0].setdefault("env", {})["SGLANG_SIM_FAULTS"] = faults
+        sup = SupervisorRun(self.o.python, cfg, self.work / name, name)
+        out: dict[str, Any] = {}
+        try:
+            done = lambda: bool(sup.notify.times("READY=1")) or bool(sup.named("fidelity.mismatch"))  # noqa: E731
+            sup.wait(done, min(self.deadline - 10, time.time() + (200 if self.real else 40)))
+            sup.wait(lambda: bool(sup.named("fidelity.check") or sup.named("fidelity.reference_taken")
+                                  or sup.named("fidelity.mismatch")), time.time() + LOG_LAG_S)
+            if sup.named("fidelity.mismatch"):  # the ladder's end: the supervisor exits 69
+                sup.wait(lambda: bool(sup.named("engine.failed")), time.time() + 60)
+            ready = sup.notify.times("READY=1")
+            strip = ("level", "timestamp", "event")
+            out = {"ready": bool(ready),
+                   "launch_to_READY_s": round(ready[0] - sup.t0, 1) if ready else None,
+                   "ready_profile": next((d.get("profile") for _, d in sup.named("supervisor.ready")), None),
+                   "reference_taken": [d for _, d in sup.named("fidelity.reference_taken")],
+                   "checks": [{k: v for k, v in d.items() if k not in strip} for _, d in sup.named("fidelity.check")],
+                   "mismatch": [{k: v for k, v in d.items() if k not in strip}
+                                for _, d in sup.named("fidelity.mismatch")],
+                   "failed": [(d.get("profile"), d.get("failure_class")) for _, d in sup.named("engine.failed")],
+                   "status_fidelity": sup.status().get("fidelity")}
+            out["stop"] = sup.stop(60)
+        finally:
+            sup.close()
+        return out
+
+    def s13_fidelity(self) -> None:
+        """Issue 23 item 6: the reference taken under the conservative profile (eager,
+        --disable-cuda-graph); a CUDA-graph profile passes, a repeated start passes, a start on
+        the same checkpoint with one layer's weights damaged on disk fails with output_mismatch.
+        Every check's statistic is recorded (numbers.runs.*.checks) to calibrate the tolerance."""
+        need = 230 if self.real else 40
+        if self.left() < need:
+            self.skip("s13_fidelity", f"budget: {self.left():.0f} s left, {need} s needed")
+            return
+        model = self.fidelity_model()
+        state_dir = self.work / "fid-state"
+        graphs = {"name": "graphs", "description": "Decode CUDA graphs, prefill eager.",
+                  "args": {"cuda-graph-backend-prefill": "disabled"}}
+        eager = {"name": FID_REFERENCE, "description": "No CUDA graphs at all.",
+                 "args": {"disable-cuda-graph": True}}
+        runs: dict[str, Any] = {}
+        checks: list[dict[str, Any]] = []
+        runs["reference"] = r = self.fidelity_run("fid-ref", model, [eager], state_dir)
+        checks.append(check("reference taken under eager at READY", r.get("ready") and bool(r.get("reference_taken")),
+                            r.get("reference_taken")))
+        runs["graphs"] = r = self.fidelity_run("fid-graphs", model, [graphs, eager], state_dir)
+        checks.append(check("the CUDA-graph profile passes fidelity and is READY",
+                            r.get("ready_profile") == "graphs" and any(c.get("result") == "pass"
+                                                                       for c in r.get("checks", [])),
+                            {"checks": r.get("checks"), "mismatch": r.get("mismatch")}))
+        runs["graphs_again"] = r = self.fidelity_run("fid-graphs2", model, [graphs, eager], state_dir)
+        checks.append(check("a repeated start of the same profile passes",
+                            r.get("ready_profile") == "graphs" and any(c.get("result") == "pass"
+                                                                       for c in r.get("checks", [])),
+                            {"checks": r.get("checks"), "mismatch": r.get("mismatch")}))
+        if self.real:
+            runs["damaged"] = {"damage": damage_layer(Path(model) / "model.safetensors")}
+            faults = ""
+        else:
+            runs["damaged"] = {"damage": "simulated: garbage-output"}
+            faults = "garbage-output"
+        runs["damaged"].update(self.fidelity_run("fid-damaged", model, [graphs], state_dir, faults))
+        r = runs["damaged"]
+        checks.append(check("the damaged start never sent READY", not r.get("ready"), r.get("launch_to_READY_s")))
+        checks.append(check("it failed with output_mismatch", ("graphs", "output_mismatch") in
+                            [tuple(f) for f in r.get("failed", [])], {"failed": r.get("failed"),
+                                                                       "mismatch": r.get("mismatch")}))
+        self.record("s13_fidelity", checks, {"runs": runs, "model": model})
+
     # -- scenario 6 ------------------------------------------------------------------------------
 
     def s6_tune(self) -> None:
@@ -1521,7 +1655,7 @@ class E2E:
                  "pipe": self.s2b_pipe, "hand": self.s2a_hand_first, "seed": self.s7_seed_shape,
                  "systemd": self.s8_systemd, "ab": self.s9_ab, "regress": self.s10_regression,
                  "unexplained": self.s12_unexplained,
-                 "multinode": self.s11_multinode}
+                 "multinode": self.s11_multinode, "fidelity": self.s13_fidelity}
         for name in self.o.only.split(","):
             try:
                 order[name]()
@@ -1593,7 +1727,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default=None,
                    help="comma-separated, in order: main,fallback,pipe,tune,hand,seed,systemd,ab,regress,"
-                        "unexplained,multinode "
+                        "unexplained,multinode,fidelity "
                         "(default: main,fallback,pipe,tune; with --nnodes 2: multinode)")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--ab-model", choices=["big", "seed"], default="big",

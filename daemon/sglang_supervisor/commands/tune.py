@@ -39,6 +39,7 @@ from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
 from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.fidelitycheck import AfterReady, tune_check
 from sglang_supervisor.shell.grouplink import local_capture_keys
 from sglang_supervisor.shell.probe import make_shape, probe_many
 from sglang_supervisor.shell.process import EngineProcess
@@ -202,7 +203,8 @@ async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config,
     return failure.value, detail
 
 
-async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress) -> TuneResult:
+async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress,
+                       after_ready: AfterReady | None = None) -> TuneResult:
     """Long because: one trial's lifetime: the engine it spawns, the log pump and GPU sampler tasks it
     starts, and the try/finally that stops all three whatever happened in between (failed, ready,
     probed); the steps in between share those tasks and the trial's clock.
@@ -273,6 +275,12 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
             )
         median = statistics.median(tps)
         spread = (max(tps) - min(tps)) / median if median else None
+        verdict = await after_ready(name, f"http://{host}:{config.engine.port}",
+                                    report.median("spec_accept_length")) if after_ready else None
+        if verdict is not None:  # a profile that fails fidelity is never ranked, whatever its tok/s
+            progress(f"{name}: {verdict[0]} ({verdict[1][:200]}); not ranked ({median:.1f} tok/s)")
+            return TuneResult(name, True, startup, capture, report.median("ttft_s"), None, None, peak,
+                              failure=verdict[0], detail=verdict[1])
         progress(f"{name}: {median:.1f} tok/s decode (p50 of {len(tps)})")
         return TuneResult(name, True, startup, capture, report.median("ttft_s"), median, spread, peak)
     finally:
@@ -316,7 +324,8 @@ def persist(prepared: Prepared, ranked: Sequence[TuneResult]) -> str | None:
 
 
 async def run_tune(
-    prepared: Prepared, names: Sequence[str], rounds: int, progress: Progress
+    prepared: Prepared, names: Sequence[str], rounds: int, progress: Progress,
+    after_ready: AfterReady | None = None,
 ) -> list[TuneResult]:
     results: list[TuneResult] = []
     for i, name in enumerate(names, 1):
@@ -325,7 +334,7 @@ async def run_tune(
         def step(message: str, prefix: str = prefix) -> None:
             progress(prefix + message)
 
-        results.append(await tune_profile(prepared, name, rounds, step))
+        results.append(await tune_profile(prepared, name, rounds, step, after_ready))
     return rank(results)
 
 
@@ -363,7 +372,7 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return ExitCode.TEMPORARY
-    ranked = asyncio.run(run_tune(prepared, names, args.rounds, _progress_printer()))
+    ranked = asyncio.run(run_tune(prepared, names, args.rounds, _progress_printer(), tune_check(prepared)))
     winner = persist(prepared, ranked)
     if args.json:
         print(

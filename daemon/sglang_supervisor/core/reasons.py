@@ -34,9 +34,9 @@ class StopReason(TextEnum):
     PROBE_HUNG = "probe_hung"  # the ready probe timed out
     PROBE_FAILED = "probe_failed"  # the ready probe got an error
     CAPTURE_MISSING = "capture_missing"  # the ready line came before every expected capture
-    OUTPUT_MISMATCH = "output_mismatch"  # its outputs disagree with the fidelity reference
     FAILED = "failed"  # a fatal log line and the engine did not exit within failure_grace_s
     LOG_ON_STDOUT = "log_on_stdout"  # its log goes to stdout: no start can ever be seen
+    OUTPUT_MISMATCH = "output_mismatch"  # its outputs disagree with the fidelity reference
 
     @property
     def planned(self) -> bool:

@@ -13,11 +13,14 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import structlog
 
 from sglang_supervisor.core import fidelity as F
+from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.inputs import FidelityFailed, ProbeFailed
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.shell import state
@@ -32,9 +35,15 @@ from sglang_supervisor.shell.fidelity import (
 from sglang_supervisor.shell.probe import engine_load
 
 if TYPE_CHECKING:
+    from sglang_supervisor.shell.preflight import Prepared
     from sglang_supervisor.shell.supervisor import Supervisor
 
 log = structlog.get_logger("sglang_supervisor")
+
+
+# What `tune` runs once a trial is ready and probed: (profile, engine URL, its accept length) ->
+# None, or (failure, detail) when the profile must not be ranked.
+AfterReady = Callable[[str, str, float | None], Awaitable[tuple[str, str] | None]]
 
 
 def tolerance_of(settings: Any) -> F.Tolerance:
@@ -175,3 +184,30 @@ class FidelityChecker:
                 sup.feed(result)
                 return
 
+
+def tune_check(prepared: Prepared) -> AfterReady | None:
+    """`tune`'s fidelity check of each ready trial against the stored reference (none: no check)."""
+    config = prepared.config
+    fs = config.fidelity
+    if not fs.enabled:
+        return None
+    store = ReferenceStore(config.state_dir)
+
+    async def check(name: str, base_url: str, accept: float | None) -> tuple[str, str] | None:
+        ref = store.load(key_for(config.engine.model_path, prepared.renders[name].argv))
+        if ref is None:
+            return None
+        async with httpx.AsyncClient() as client:
+            try:
+                got = await take_sample(client, base_url, prepared.api_key, fs.timeout_s, accept)
+            except SampleUnavailable as exc:
+                return "probe_failed", f"fidelity sample: {exc.detail}"
+        verdict = F.judge(ref.sample, got, tolerance_of(fs), baseline_accept=ref.accept.get(name),
+                          secrets=[prepared.api_key] if prepared.api_key else [])
+        if verdict.ok:
+            return None
+        where = f" on {verdict.prompt!r}: expected {verdict.expected!r}, got {verdict.received!r}" \
+            if verdict.prompt else ""
+        return FailureClass.OUTPUT_MISMATCH.value, f"{verdict.detail}{where}"
+
+    return check

@@ -178,6 +178,8 @@ class SupervisorMetrics:
         self.probe_runs = Counter(f"{NS}_probe_runs", "probes by result", ["result"], registry=r)
         # Output fidelity (core/fidelity.py): checks by result (pass, mismatch, unavailable,
         # no_reference, reference_taken, skipped_busy) and the statistic of the last check.
+        self.baseline_accept = Gauge(f"{NS}_baseline_spec_accept_length",
+                                     "speculative accept length of this start's baseline probes", registry=r)
         self.fidelity_checks = Counter(f"{NS}_fidelity_checks", "output-fidelity checks by result",
                                        ["result"], registry=r)
         self.fidelity_has_reference = Gauge(f"{NS}_fidelity_reference",
@@ -288,6 +290,9 @@ class SupervisorMetrics:
                             (result.itl_p50_s, self.probe_itl_p50), (result.itl_p90_s, self.probe_itl_p90)):
             if attr is not None:
                 gauge.set(attr)
+
+    def set_baseline_accept(self, value: float) -> None:
+        self.baseline_accept.set(value)
 
     def fidelity_check(self, result: str) -> None:
         self.fidelity_checks.labels(result).inc()

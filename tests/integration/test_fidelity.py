@@ -143,3 +143,37 @@ def test_fidelity_command_shows_and_reset_retakes(daemons, workdir) -> None:
     assert reset.returncode == 0, reset.stderr
     new = json.loads(reset.stdout)
     assert new["reference"]["taken_at"] > old and new["retaken"] is True
+
+
+def test_periodic_check_while_idle_catches_a_mismatch_and_moves_on(daemons, workdir) -> None:
+    take_reference(daemons, workdir)
+    # healthy for the ready gate's sample, broken from the next (a count, not a clock)
+    data = fault_first_profile(with_reference_on(base_config(workdir), "tuned"), "garbage-output:1")
+    data["fidelity"]["interval_s"] = 0.5
+    d = start(daemons, workdir, data)
+    d.notified("READY=1")
+    assert d.event("fidelity.check", result="pass")["profile"] == "tuned"  # the ready gate's
+    mismatch = d.event("fidelity.mismatch")
+    assert mismatch["gate"] == "serving" and mismatch["profile"] == "tuned"
+    fb = d.event("profile.fallback")
+    assert (fb["from_profile"], fb["failure_class"]) == ("tuned", "output_mismatch")
+    assert not d.named("profile.retry_same")  # deterministic: never the same command again
+    d.notified("READY=1", count=2)
+    stop_cleanly(d)
+
+
+def test_tune_never_ranks_a_profile_that_fails_fidelity(daemons, workdir) -> None:
+    take_reference(daemons, workdir)
+    data = with_reference_on(base_config(workdir), "tuned")
+    fault_first_profile(data, "garbage-output")
+    cfg = workdir / "tune.yaml"
+    cfg.write_text(json.dumps(data))
+    proc = subprocess.run([sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(cfg),
+                           "--rounds", "1", "--profiles", "tuned,no-prefill-graph", "--json"],
+                          check=False, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranking = json.loads(proc.stdout)["ranking"]
+    tuned = next(r for r in ranking if r["profile"] == "tuned")
+    assert tuned["failure"] == "output_mismatch" and tuned["decode_tps_p50"] is None
+    assert "expected" in tuned["detail"]
+    assert json.loads(proc.stdout)["winner"] == ranking[0]["profile"] != "tuned"

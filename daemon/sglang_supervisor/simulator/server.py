@@ -272,12 +272,14 @@ class Api:
         if not body.get("stream"):
             out = await self._collect(req)
             if isinstance(texts, str):  # SGLang's greedy ids depend on the prompt (outputs.py)
-                fault = self.engine.output_fault
+                e = self.engine
+                fault = e.output_fault if e.scored >= e.output_fault_after else None
                 out["output_ids"] = outputs.output_ids(texts, req.generated, fault)
                 out["text"] = outputs.text_of(out["output_ids"], serving.WORDS)
                 if body.get("return_logprob") and body.get("logprob_start_len", -1) == 0:
                     out["meta_info"]["input_token_logprobs"] = outputs.input_logprobs(texts, fault)
                     out["meta_info"]["output_token_logprobs"] = []
+                    e.scored += 1
             return JSONResponse(out)
 
         async def events() -> AsyncIterator[bytes]:

@@ -203,6 +203,8 @@ class Engine:
         self.output_fault: str | None = next(
             (f.kind for f in active_faults(cfg) if f.kind in OUTPUT_FAULTS and f.at_s == 0
              and f.kind != "accept-collapse"), None)
+        self.output_fault_after = next((f.after for f in active_faults(cfg) if f.kind == "garbage-output"), 0)
+        self.scored = 0  # teacher-forced scorings answered (return_logprob from position 0)
         self.accept_collapsed = any(f.kind == "accept-collapse" and f.at_s == 0 for f in active_faults(cfg))
 
     def _observe(self, name: str, value: float) -> None:

@@ -80,15 +80,18 @@ class FidelityChecker:
             return None
         fs = sup.config.fidelity
         key = self.key(profile)
+        ref = self.store.load(key)
+        if ref is None and profile != self.reference_profile():
+            self._no_reference(profile)  # nothing to judge against, nothing to take: no requests
+            return None
         try:
             got = await take_sample(client, sup.base_url, sup.prep.api_key, fs.timeout_s, accept)
         except SampleUnavailable as exc:
             sup.metrics.fidelity_check("unavailable")
             log.warning("fidelity.unavailable", profile=profile, problem=exc.problem.value, detail=exc.detail)
             return ProbeFailed(f"fidelity sample: {exc.detail}", hung=exc.timed_out) if at_ready else None
-        ref = self.store.load(key)
         if ref is None:
-            self._no_reference(key, profile, got)
+            self._take_reference(key, profile, got)
             return None
         secrets = [sup.prep.api_key] if sup.prep.api_key else []
         verdict = F.judge(ref.sample, got, tolerance_of(fs), baseline_accept=ref.accept.get(profile),
@@ -101,15 +104,16 @@ class FidelityChecker:
             self.store.with_accept(ref, profile, accept)  # this profile's own, on these weights
         return None
 
-    def _no_reference(self, key: str, profile: str, got: F.Sample) -> None:
+    def _no_reference(self, profile: str) -> None:
         sup = self.sup
-        wanted = self.reference_profile()
-        if profile != wanted:
-            sup.metrics.fidelity_check("no_reference")
-            log.warning("fidelity.no_reference", profile=profile, reference_profile=wanted,
-                        hint="the reference is taken when the reference profile reaches READY; "
-                             "to take it now: sglang-supervisor fidelity --config CONFIG --reset")
-            return None
+        sup.metrics.fidelity_check("no_reference")
+        sup.metrics.fidelity_reference(False)
+        log.warning("fidelity.no_reference", profile=profile, reference_profile=self.reference_profile(),
+                    hint="the reference is taken when the reference profile reaches READY; "
+                         "to take it now: sglang-supervisor fidelity --config CONFIG --reset")
+
+    def _take_reference(self, key: str, profile: str, got: F.Sample) -> None:
+        sup = self.sup
         rc = sup.runner.render(profile)
         ref = Reference(key=key, sample=got, profile=profile, version=sup.prep.version,
                         command_hash=state.command_hash(rc.argv, rc.env),

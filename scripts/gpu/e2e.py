@@ -1410,7 +1410,11 @@ class E2E:
         cfg = build_config(engine=self.o.engine, python=self.o.engine_python, model=model, port=free_port(),
                            metrics_port=free_port(), workdir=self.work / name, tp=self.o.tp,
                            time_scale=self.o.time_scale, profiles=copy.deepcopy(profiles))
-        cfg["state_dir"] = str(state_dir)  # one reference for every run of the scenario
+        # One reference for every run (copied from the first run's state), but each run its own
+        # memory of failed profiles: a mismatch in one run must not skip the profile in the next.
+        if state_dir != self.work / name / "state" and (state_dir / "fidelity").is_dir():
+            shutil.copytree(state_dir / "fidelity", self.work / name / "state" / "fidelity")
+        cfg["state_dir"] = str(self.work / name / "state")
         # The damaged run's ladder is graphs alone: the reference exists, none is taken there.
         cfg["fidelity"] = {"interval_s": 0, **({"reference_profile": FID_REFERENCE}
                                                if any(p["name"] == FID_REFERENCE for p in profiles) else {})}
@@ -1435,6 +1439,9 @@ class E2E:
                    "mismatch": [{k: v for k, v in d.items() if k not in strip}
                                 for _, d in sup.named("fidelity.mismatch")],
                    "failed": [(d.get("profile"), d.get("failure_class")) for _, d in sup.named("engine.failed")],
+                   "unavailable": [{k: v for k, v in d.items() if k not in strip}
+                                   for _, d in sup.named("fidelity.unavailable")],
+                   "spawned": [d.get("profile") for _, d in sup.named("engine.spawned")],
                    "status_fidelity": sup.status().get("fidelity")}
             out["stop"] = sup.stop(60)
         finally:
@@ -1451,7 +1458,7 @@ class E2E:
             self.skip("s13_fidelity", f"budget: {self.left():.0f} s left, {need} s needed")
             return
         model = self.fidelity_model()
-        state_dir = self.work / "fid-state"
+        state_dir = self.work / "fid-ref" / "state"  # where the reference is taken
         graphs = {"name": "graphs", "description": "Decode CUDA graphs, prefill eager.",
                   "args": {"cuda-graph-backend-prefill": "disabled"}}
         eager = {"name": FID_REFERENCE, "description": "No CUDA graphs at all.",

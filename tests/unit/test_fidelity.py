@@ -4,6 +4,7 @@ read (engine/api.py), and what the lifecycle does with a mismatch (never READY, 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,22 @@ def test_a_mismatch_after_the_attempt_ended_is_dropped() -> None:
     at_ready_gate(d)
     d.feed(FidelityFailed("prefix", "x"))
     assert d.feed(FidelityFailed("prefix", "x again")) == []  # the stop is under way
+
+
+def test_the_stored_reference_is_untrusted_on_the_way_back(tmp_path: Path) -> None:
+    from sglang_supervisor.shell.fidelity import Reference, ReferenceStore
+
+    store = ReferenceStore(tmp_path)
+    ref = Reference(key="k1", sample=REF, profile="eager", version="0.5.17", command_hash="abc",
+                    model="/m", dtype="auto", taken_at=1.0, accept={})
+    store.save(ref)
+    assert store.load("k1") == ref
+    assert store.with_accept(ref, "spec", 3.1).accept == {"spec": 3.1}
+    again = store.load("k1")
+    assert again is not None and again.accept == {"spec": 3.1}
+    for text in ("not json", '{"probe_set": "old"}', "[" * 100000, '{"probe_set": "f1", "sample": {}}'):
+        store.path("k1").write_text(text)
+        assert store.load("k1") is None  # absent: the next reference-profile READY takes a new one
+    store.path("k1").write_bytes(b"x" * (2 << 20))
+    assert store.load("k1") is None
+    assert store.reset("k1") and not store.reset("k1")

@@ -200,6 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="probes per profile")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("fidelity", help="show the model's output-fidelity reference; --reset re-takes it",
+                       epilog="the reference (greedy outputs of a fixed probe set and the log-probs of a "
+                       "reference text) is what every start is judged against before READY. --reset "
+                       "starts the reference profile (fidelity.reference_profile, default the last rung) "
+                       "on the configured port, takes it, stops it. exit status: 0 shown or re-taken, "
+                       "69 the reference profile did not serve, 75 the engine port is busy (stop the "
+                       "supervisor first), 78 configuration error")
+    _add_config(p)
+    p.add_argument("--reset", action="store_true", help="forget the reference and take it again now")
+    p.add_argument("--json", action="store_true")
+
     return parser
 
 

@@ -17,7 +17,7 @@ that this script owns) and checks, from the outside, what it did:
   s12_unexplained    a foreign agent stutters the scheduler (SIGSTOP/SIGCONT): restart, next profile, keep faster
   s13_warmcache      kernel caches under CACHE_DIRECTORY: cold start, restart, SIGKILL, fallback; each warm
                      start <= 0.5 x cold (issue 26; the unit's PrivateTmp/ProtectHome emulated per start)
-  s13_captureoom     a foreign holder leaves memory for decode graphs up to 256, not 512: a real capture OOM,
+  s15_captureoom     a foreign holder leaves memory for decode graphs up to 256, not 512: a real capture OOM,
                      healed by a derived profile with half the batch (graphs kept), vs the no-graph rung
   s14_canary         the upgrade canary between two real releases: 0.5.16 serves, 0.5.17 checked and
                      promoted, then 0.5.16 on trial under a foreign GPU load: rolled back (issue 24)
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import importlib.util
 import json
 import os
@@ -132,6 +133,43 @@ class Stutter:
         if self.thread.is_alive():
             self.thread.join(5)
         self._signal(sorted(self.seen), signal.SIGCONT)
+
+
+# Scenario 13: the profile the fidelity reference is taken under.
+FID_REFERENCE = "eager"
+
+
+def damage_layer(path: Path) -> dict[str, Any]:
+    """Multiply the last decoder layer's MLP down and attention output projections by 256 in a
+    safetensors file, in place (+8 on each element's exponent): the checkpoint still loads, the
+    layer's contribution swamps the residual stream, the model computes something else. Plain
+    bytes (bf16/f32): no torch needed."""
+    import array
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    layers = sorted({int(m.group(1)) for k in header if (m := re.match(r"model\.layers\.(\d+)\.", k))})
+    if not layers:
+        return {"damaged": [], "error": "no model.layers.N tensors"}
+    last = layers[-1]
+    kinds = {"BF16": ("H", 8 << 7, 0x7F80), "F32": ("I", 8 << 23, 0x7F800000)}  # code, +8 exp, exp mask
+    done = []
+    for name, meta in header.items():
+        if name == "__metadata__" or not name.startswith(f"model.layers.{last}."):
+            continue
+        if not name.endswith(("mlp.down_proj.weight", "self_attn.o_proj.weight")) or meta["dtype"] not in kinds:
+            continue
+        code, step, mask = kinds[meta["dtype"]]
+        begin, end = (8 + n + o for o in meta["data_offsets"])
+        vals = array.array(code, bytes(raw[begin:end]))  # little endian on x86
+        for i, v in enumerate(vals):
+            exp = v & mask
+            if exp and exp + step < mask:  # not zero/subnormal, and no overflow into inf
+                vals[i] = v + step
+        raw[begin:end] = vals.tobytes()
+        done.append(name)
+    path.write_bytes(bytes(raw))
+    return {"layer": last, "damaged": done, "factor": 256}
 
 
 # Scenario 3's ladder: a memory fraction that leaves no KV cache (a real, fast start failure),
@@ -1674,12 +1712,12 @@ class E2E:
 
     # -- scenario 13 -----------------------------------------------------------------------------
 
-    def s13_captureoom(self) -> None:
+    def s15_captureoom(self) -> None:
         """Issue 25 on the GPU: a real decode graph capture OOM, caused by a foreign process that
         leaves too little memory for the decode graphs at batch 512 (but enough for 256), healed
         by a derived profile (half the max batch, decode graphs kept) instead of the written
         no-graph rung; both measured."""
-        name = "s13_captureoom"
+        name = "s15_captureoom"
         need = 220 if self.real else 30
         if self.left() < need:
             self.skip(name, f"budget: {self.left():.0f} s left, {need} s needed")
@@ -1841,6 +1879,108 @@ class E2E:
                             want is not None and want // 2 < (begin.get("max_bs") or 0) <= want
                             and any(c["state"] == "end" for c in last), {"want": want, "captures": last}))
         checks.append(check("derived tok/s measured", bool(tps), tps))
+    # -- scenario 13: output fidelity (issue 23) -------------------------------------------------
+
+    def fidelity_model(self) -> str:
+        """A private copy of the tiny checkpoint (real: its weights are damaged later, in place)."""
+        if not self.real:
+            return self.o.model
+        src = Path(self.o.model)
+        if not (src / "model.safetensors").exists():
+            src = self.work / "fid-src"
+            subprocess.run([self.o.engine_python, str(Path(__file__).parent / "make_tiny_qwen3.py"), str(src)],
+                           capture_output=True, timeout=300, check=False)
+        dst = self.work / "fid-model"
+        shutil.copytree(src, dst)
+        return str(dst)
+
+    def fidelity_run(self, name: str, model: str, profiles: list[dict[str, Any]], state_dir: Path,
+                     faults: str = "") -> dict[str, Any]:
+        """One supervised start: READY (or its end), the fidelity events, stopped."""
+        cfg = build_config(engine=self.o.engine, python=self.o.engine_python, model=model, port=free_port(),
+                           metrics_port=free_port(), workdir=self.work / name, tp=self.o.tp,
+                           time_scale=self.o.time_scale, profiles=copy.deepcopy(profiles))
+        # One reference for every run (copied from the first run's state), but each run its own
+        # memory of failed profiles: a mismatch in one run must not skip the profile in the next.
+        if state_dir != self.work / name / "state" and (state_dir / "fidelity").is_dir():
+            shutil.copytree(state_dir / "fidelity", self.work / name / "state" / "fidelity")
+        cfg["state_dir"] = str(self.work / name / "state")
+        # The damaged run's ladder is graphs alone: the reference exists, none is taken there.
+        cfg["fidelity"] = {"interval_s": 0, **({"reference_profile": FID_REFERENCE}
+                                               if any(p["name"] == FID_REFERENCE for p in profiles) else {})}
+        if faults:
+            cfg["profiles"][0].setdefault("env", {})["SGLANG_SIM_FAULTS"] = faults
+        sup = SupervisorRun(self.o.python, cfg, self.work / name, name)
+        out: dict[str, Any] = {}
+        try:
+            done = lambda: bool(sup.notify.times("READY=1")) or bool(sup.named("fidelity.mismatch"))  # noqa: E731
+            sup.wait(done, min(self.deadline - 10, time.time() + (200 if self.real else 40)))
+            sup.wait(lambda: bool(sup.named("fidelity.check") or sup.named("fidelity.reference_taken")
+                                  or sup.named("fidelity.mismatch")), time.time() + LOG_LAG_S)
+            if sup.named("fidelity.mismatch"):  # the ladder's end: the supervisor exits 69
+                sup.wait(lambda: bool(sup.named("engine.failed")), time.time() + 60)
+            ready = sup.notify.times("READY=1")
+            strip = ("level", "timestamp", "event")
+            out = {"ready": bool(ready),
+                   "launch_to_READY_s": round(ready[0] - sup.t0, 1) if ready else None,
+                   "ready_profile": next((d.get("profile") for _, d in sup.named("supervisor.ready")), None),
+                   "reference_taken": [d for _, d in sup.named("fidelity.reference_taken")],
+                   "checks": [{k: v for k, v in d.items() if k not in strip} for _, d in sup.named("fidelity.check")],
+                   "mismatch": [{k: v for k, v in d.items() if k not in strip}
+                                for _, d in sup.named("fidelity.mismatch")],
+                   "failed": [(d.get("profile"), d.get("failure_class")) for _, d in sup.named("engine.failed")],
+                   "unavailable": [{k: v for k, v in d.items() if k not in strip}
+                                   for _, d in sup.named("fidelity.unavailable")],
+                   "spawned": [d.get("profile") for _, d in sup.named("engine.spawned")],
+                   "status_fidelity": sup.status().get("fidelity")}
+            out["stop"] = sup.stop(60)
+        finally:
+            sup.close()
+        return out
+
+    def s16_fidelity(self) -> None:
+        """Issue 23 item 6: the reference taken under the conservative profile (eager,
+        --disable-cuda-graph); a CUDA-graph profile passes, a repeated start passes, a start on
+        the same checkpoint with one layer's weights damaged on disk fails with output_mismatch.
+        Every check's statistic is recorded (numbers.runs.*.checks) to calibrate the tolerance."""
+        need = 230 if self.real else 40
+        if self.left() < need:
+            self.skip("s16_fidelity", f"budget: {self.left():.0f} s left, {need} s needed")
+            return
+        model = self.fidelity_model()
+        state_dir = self.work / "fid-ref" / "state"  # where the reference is taken
+        graphs = {"name": "graphs", "description": "Decode CUDA graphs, prefill eager.",
+                  "args": {"cuda-graph-backend-prefill": "disabled"}}
+        eager = {"name": FID_REFERENCE, "description": "No CUDA graphs at all.",
+                 "args": {"disable-cuda-graph": True}}
+        runs: dict[str, Any] = {}
+        checks: list[dict[str, Any]] = []
+        runs["reference"] = r = self.fidelity_run("fid-ref", model, [eager], state_dir)
+        checks.append(check("reference taken under eager at READY", r.get("ready") and bool(r.get("reference_taken")),
+                            r.get("reference_taken")))
+        runs["graphs"] = r = self.fidelity_run("fid-graphs", model, [graphs, eager], state_dir)
+        checks.append(check("the CUDA-graph profile passes fidelity and is READY",
+                            r.get("ready_profile") == "graphs" and any(c.get("result") == "pass"
+                                                                       for c in r.get("checks", [])),
+                            {"checks": r.get("checks"), "mismatch": r.get("mismatch")}))
+        runs["graphs_again"] = r = self.fidelity_run("fid-graphs2", model, [graphs, eager], state_dir)
+        checks.append(check("a repeated start of the same profile passes",
+                            r.get("ready_profile") == "graphs" and any(c.get("result") == "pass"
+                                                                       for c in r.get("checks", [])),
+                            {"checks": r.get("checks"), "mismatch": r.get("mismatch")}))
+        if self.real:
+            runs["damaged"] = {"damage": damage_layer(Path(model) / "model.safetensors")}
+            faults = ""
+        else:
+            runs["damaged"] = {"damage": "simulated: garbage-output"}
+            faults = "garbage-output"
+        runs["damaged"].update(self.fidelity_run("fid-damaged", model, [graphs], state_dir, faults))
+        r = runs["damaged"]
+        checks.append(check("the damaged start never sent READY", not r.get("ready"), r.get("launch_to_READY_s")))
+        checks.append(check("it failed with output_mismatch", ("graphs", "output_mismatch") in
+                            [tuple(f) for f in r.get("failed", [])], {"failed": r.get("failed"),
+                                                                       "mismatch": r.get("mismatch")}))
+        self.record("s16_fidelity", checks, {"runs": runs, "model": model})
 
     # -- scenario 6 ------------------------------------------------------------------------------
 
@@ -2284,8 +2424,9 @@ class E2E:
                  "pipe": self.s2b_pipe, "hand": self.s2a_hand_first, "seed": self.s7_seed_shape,
                  "systemd": self.s8_systemd, "ab": self.s9_ab, "regress": self.s10_regression,
                  "unexplained": self.s12_unexplained, "warmcache": self.s13_warmcache,
-                 "captureoom": self.s13_captureoom,
-                 "multinode": self.s11_multinode, "canary": self.s14_canary}
+                 "captureoom": self.s15_captureoom,
+                 "multinode": self.s11_multinode, "canary": self.s14_canary,
+                 "fidelity": self.s16_fidelity}
         for name in self.o.only.split(","):
             try:
                 order[name]()
@@ -2359,7 +2500,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=0.02, help="simulator clock scale")
     p.add_argument("--only", default=None,
                    help="comma-separated, in order: main,fallback,pipe,tune,hand,seed,systemd,ab,regress,"
-                        "unexplained,warmcache,captureoom,multinode,canary "
+                        "unexplained,warmcache,captureoom,multinode,canary,fidelity "
                         "(default: main,fallback,pipe,tune; with --nnodes 2: multinode)")
     p.add_argument("--ab-probes", type=int, default=15, help="s9_ab: streamed 256-token probes per arm")
     p.add_argument("--ab-model", choices=["big", "seed"], default="big",

@@ -94,3 +94,20 @@ def test_warmcache_scenario_on_the_simulator(tmp_path: Path) -> None:
     env_a = sc["numbers"]["a_cold"]["engine_cache_env"]
     assert env_a["TVM_FFI_CACHE_DIR"].startswith(str(tmp_path / "work" / "warmcache"))  # not /tmp/jit
     assert sc["numbers"]["d_fallback"]["ready_profile"] == "no-prefill-graph"
+
+
+def test_gpu_e2e_fidelity_scenario_in_sim_mode(tmp_path: Path) -> None:
+    """The `fidelity` scenario (issue 23) end to end over the simulator: reference under eager,
+    CUDA-graph start and a repeat pass, the broken start (garbage-output here) fails."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_E2E_PYTHON=sys.executable,
+               GPU_E2E_WORKDIR=str(tmp_path / "work"))
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu-e2e"), "--engine", "sim", "--budget-s", "200",
+                           "--only", "fidelity"], check=False, env=env, capture_output=True, text=True,
+                          timeout=300)
+    report = json.loads((out / "report.json").read_text())
+    sc = report["scenarios"]["s16_fidelity"]
+    assert sc["status"] == "pass", ([c for c in sc["checks"] if not c["ok"]], proc.stdout[-2000:])
+    runs = sc["numbers"]["runs"]
+    assert runs["graphs"]["checks"][0]["prefix_agreement"] == [32, 32, 32]
+    assert runs["damaged"]["mismatch"][0]["reason"] == "prefix"

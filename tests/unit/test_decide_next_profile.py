@@ -70,6 +70,7 @@ BEFORE_READY: dict[FailureClass, NextProfile] = {
     FC.GPU_BUSY: WaitThenSame(),
     FC.ENVIRONMENT: ExitConfig(),  # 78 with the fix: the host lacks a tool, no profile can help
     FC.OTHER: FallBack("no-prefill-graph", "next"),
+    FC.OUTPUT_MISMATCH: FallBack("no-prefill-graph", "next"),
 }
 
 
@@ -97,6 +98,12 @@ ROWS = [
      FallBack("no-prefill-graph", "next")),
     ("three retries allowed: the third crash still retries",
      FC.WEDGED, "low-mem", True, 2, ladder(same_profile_retries=3), RetrySame(3, 3)),
+    ("an output mismatch after READY (a periodic check) never retries the same command",
+     FC.OUTPUT_MISMATCH, "tuned", True, 0, ladder(), FallBack("no-prefill-graph", "next")),
+    ("a remediation rule can name a conservative profile for output_mismatch",
+     FC.OUTPUT_MISMATCH, "tuned", False, 0,
+     ladder(remediation={"output_mismatch": "eager", "default": "next"}),
+     FallBack("eager", "remediation[output_mismatch]=eager")),
     ("a temporary condition after READY is not a crash: wait",
      FC.GPU_BUSY, "tuned", True, 5, ladder(), WaitThenSame()),
     ("the named target already failed: the next untried profile",

@@ -34,6 +34,7 @@ def our_metric_names() -> set[str]:
     m.restart("x")
     m.start_attempt("p", "ready")
     m.capture_seconds("target_decode", 1.0)
+    m.fidelity_check("mismatch")
     GatewayMetrics(m.registry)  # present with gateway.url set
     return {s.name for fam in text_string_to_metric_families(m.exposition().decode()) for s in fam.samples}
 

@@ -214,3 +214,20 @@ def test_decision_names_are_stable() -> None:
                                         KeepFaster("x"), RetryPrimary())]
     assert names == ["no_action", "reprobe", "explained", "restart_same", "try_next_profile", "keep_faster",
                      "retry_primary"]
+
+
+def test_a_slowdown_with_acceptance_collapsed_is_named_with_both_numbers_and_acted_on() -> None:
+    """Issue 23 item 5: the draft path collapsed (accept 1.05 against 3.2 at this start's
+    baseline): named as such, and unlike load or throttling it does not excuse the slowdown."""
+    obs = Observations(accept_length=1.05, baseline_accept=3.2)
+    [named] = explain(obs)
+    assert named.reason is Reason.ACCEPT_COLLAPSE and "1.05" in named.detail and "3.20" in named.detail
+    ev = run(SLOW, confirmed=True, obs=obs)
+    assert isinstance(ev.decision, RestartSame)
+    assert [e.reason for e in ev.explanations] == [Reason.ACCEPT_COLLAPSE]
+    # ordinary variation of the accept length names nothing
+    assert explain(Observations(accept_length=2.9, baseline_accept=3.2)) == ()
+    # with a real excuse too, the slowdown is explained (kept) and both are named
+    both = run(SLOW, confirmed=True, obs=Observations(accept_length=1.0, baseline_accept=3.0, running=2))
+    assert isinstance(both.decision, Explained)
+    assert {e.reason for e in both.explanations} == {Reason.ACCEPT_COLLAPSE, Reason.BUSY}

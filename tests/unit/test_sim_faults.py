@@ -44,6 +44,10 @@ from sglang_supervisor.simulator.faults import (
         ("slow-drain:12", Fault("slow-drain", seconds=12.0)),
         ("warmup-fail", Fault("warmup-fail")),
         ("echo-hostile@1", Fault("echo-hostile", at_s=1.0)),
+        ("garbage-output", Fault("garbage-output")),
+        ("garbage-output:2", Fault("garbage-output", after=2)),
+        ("late-divergence", Fault("late-divergence")),
+        ("accept-collapse@5", Fault("accept-collapse", at_s=5.0)),
     ],
 )
 def test_every_named_fault_parses(spec: str, expected: Fault) -> None:
@@ -111,6 +115,7 @@ def test_when_value_must_match() -> None:
         ("crash+unless=tp", "+unless=--flag[=value]"),
         ("env", "env:cache-perm|"),
         ("env:disk-full", "unknown environment failure 'disk-full'"),
+        ("garbage-output:many", "N 'many' is not a count"),
     ],
 )
 def test_bad_specs_name_the_problem(spec: str, message: str) -> None:

@@ -108,3 +108,19 @@ def test_hub_ids_are_not_paths() -> None:
     assert not looks_like_hub_id("/srv/models/Qwen3.6-27B")
     assert not looks_like_hub_id("models")
     assert not looks_like_hub_id("a/b/c")
+
+
+def test_doctor_url_names_a_fidelity_mismatch_and_an_accept_collapse_from_status() -> None:
+    from sglang_supervisor.core.audit import fidelity_findings
+
+    status = {"fidelity": {"last_check": {"result": "mismatch", "profile": "tuned", "reason": "prefix",
+                                          "detail": "diverged at token 0", "prompt": "p",
+                                          "expected": "a", "received": "b"}},
+              "throughput": {"spec_accept_length": 1.02, "baseline_spec_accept_length": 3.1}}
+    got = {f.code: f for f in fidelity_findings(status)}
+    assert got["live.fidelity"].severity == "error" and "tuned" in got["live.fidelity"].what
+    assert "'a'" in got["live.fidelity"].why and "'b'" in got["live.fidelity"].why
+    assert "1.02" in got["live.accept_collapse"].what and "3.10" in got["live.accept_collapse"].what
+    assert fidelity_findings({"throughput": {"spec_accept_length": 2.9,
+                                             "baseline_spec_accept_length": 3.1}}) == []
+    assert fidelity_findings(None) == []

@@ -511,6 +511,7 @@ def _live(url: str, config: Config | None, report: Report) -> None:
     if config is not None and config.metrics.enabled:
         status = supervisor_status(config.metrics.address)
         report.findings += audit.fallback_findings(status, config.profile_names)
+        report.findings += audit.fidelity_findings(status)
         report.findings += audit.code_stale_findings(status, _unit_name(config, report))
         if isinstance(status, dict) and report.live is not None:
             report.live["supervisor_profile"] = status.get("profile")

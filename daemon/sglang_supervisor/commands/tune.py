@@ -51,6 +51,7 @@ from sglang_supervisor.engine.resolved import resolved_graph_max
 from sglang_supervisor.shell import gpu, state
 from sglang_supervisor.shell.apikey import write_secret_config
 from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.fidelitycheck import AfterReady, tune_check
 from sglang_supervisor.shell.grouplink import local_capture_keys
 from sglang_supervisor.shell.probe import make_shape, probe_many
 from sglang_supervisor.shell.process import EngineProcess
@@ -219,7 +220,8 @@ async def _wait_ready(proc: EngineProcess, watch: _Watch, config: Config,
     return failure.value, detail
 
 
-async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress, *,
+async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Progress,
+                       after_ready: AfterReady | None = None, *,
                        rc: RenderedCommand | None = None, facts: list[TrialFacts] | None = None
                        ) -> TuneResult:
     """`rc`: a derived profile's command (written ones come from `prepared`); `facts` receives
@@ -298,6 +300,12 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
             )
         median = statistics.median(tps)
         spread = (max(tps) - min(tps)) / median if median else None
+        verdict = await after_ready(name, f"http://{host}:{config.engine.port}",
+                                    report.median("spec_accept_length")) if after_ready else None
+        if verdict is not None:  # a profile that fails fidelity is never ranked, whatever its tok/s
+            progress(f"{name}: {verdict[0]} ({verdict[1][:200]}); not ranked ({median:.1f} tok/s)")
+            return TuneResult(name, True, startup, capture, report.median("ttft_s"), None, None, peak,
+                              failure=verdict[0], detail=verdict[1])
         progress(f"{name}: {median:.1f} tok/s decode (p50 of {len(tps)})")
         return TuneResult(name, True, startup, capture, report.median("ttft_s"), median, spread, peak)
     finally:
@@ -348,8 +356,9 @@ def persist(prepared: Prepared, ranked: Sequence[TuneResult],
 
 
 async def run_tune(
-    prepared: Prepared, names: Sequence[str], rounds: int, progress: Progress,
+    prepared: Prepared, names: Sequence[str], rounds: int, progress: Progress, *,
     derived: dict[str, Derivation] | None = None,
+    after_ready: AfterReady | None = None,
 ) -> list[TuneResult]:
     """Each written profile; after one that fails with a class `run` derives for, the derived
     profiles `run` would start next (issue 25), each recorded in `derived` by name."""
@@ -361,7 +370,7 @@ async def run_tune(
             progress(prefix + message)
 
         facts: list[TrialFacts] = []
-        result = await tune_profile(prepared, name, rounds, step, facts=facts)
+        result = await tune_profile(prepared, name, rounds, step, after_ready, facts=facts)
         results.append(result)
         parent: Derivation | None = None
         while not result.started:
@@ -372,7 +381,8 @@ async def run_tune(
             step(f"{result.profile} failed ({result.failure}): trying the derived {d.name} ({d.change})")
             rc = render_derived(prepared.config, d, prepared.version, prepared.renders[name],
                                 python=sys.executable, api_key=prepared.api_key)
-            result = replace(await tune_profile(prepared, d.name, rounds, step, rc=rc, facts=facts),
+            result = replace(await tune_profile(prepared, d.name, rounds, step, after_ready,
+                                                rc=rc, facts=facts),
                              base=d.base, change=d.change)
             results.append(result)
             if derived is not None:
@@ -416,7 +426,8 @@ def main(args: argparse.Namespace) -> int:
         )
         return ExitCode.TEMPORARY
     derived: dict[str, Derivation] = {}
-    ranked = asyncio.run(run_tune(prepared, names, args.rounds, _progress_printer(), derived))
+    ranked = asyncio.run(run_tune(prepared, names, args.rounds, _progress_printer(), derived=derived,
+                                  after_ready=tune_check(prepared)))
     winner = persist(prepared, ranked, derived)
     if args.json:
         print(

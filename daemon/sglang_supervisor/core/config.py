@@ -424,6 +424,21 @@ class ProbeSettings(_Strict):
     act_on_regression: bool = True
 
 
+class FidelitySettings(_Strict):
+    """Output-fidelity checks (core/fidelity.py): at every start before READY, while serving,
+    in `tune`. The reference is taken under `reference_profile` (default: the last rung)."""
+
+    enabled: bool = True
+    reference_profile: str | None = None
+    # Periodic check while serving, only when the engine is idle; 0: off. The default costs
+    # ~97 generated tokens an hour (core/fidelity.tokens_per_hour), < 0.1 % of 70 tok/s.
+    interval_s: Annotated[float, Field(ge=0, le=WEEK_S)] = 3600.0
+    timeout_s: Annotated[float, Field(gt=0, le=WEEK_S)] = 60.0  # one whole sample
+    prefix_tokens: Annotated[int, Field(ge=1, le=32)] = 16  # K: greedy tokens that must agree
+    max_logprob_diff: Annotated[float, Field(gt=0, le=100)] = 0.25  # nats, teacher-forced mean
+    accept_collapse_ratio: Annotated[float, Field(ge=0, le=1)] = 0.5
+
+
 class MetricsSettings(_Strict):
     enabled: bool = True
     address: str = "127.0.0.1:9400"
@@ -492,6 +507,7 @@ class Config(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
+    fidelity: FidelitySettings = Field(default_factory=FidelitySettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
@@ -912,6 +928,16 @@ def effective_overlay(config: Config, name: str) -> tuple[dict[str, ArgValue], d
     return args, env
 
 
+def _fidelity_problems(config: Config) -> list[ConfigProblem]:
+    ref = config.fidelity.reference_profile
+    if ref is None or ref in config.profile_names:
+        return []
+    guess = did_you_mean(ref, config.profile_names)
+    return [ConfigProblem("fidelity.reference_profile", f"no profile is named {ref!r}",
+                          f"did you mean {guess!r}?" if guess else
+                          f"use one of: {', '.join(config.profile_names)}")]
+
+
 def _profile_problems(config: Config) -> list[ConfigProblem]:
     """Long because: it walks every profile once, one check per kind of mistake."""
     problems: list[ConfigProblem] = []
@@ -1019,7 +1045,8 @@ def is_local_model(model: str) -> bool:
 
 def semantic_problems(config: Config) -> list[ConfigProblem]:
     """Checks that need the whole configuration (the files it names are `shell.configfile`'s)."""
-    return [*_profile_problems(config), *_remediation_problems(config), *_secret_problems(config)]
+    return [*_profile_problems(config), *_remediation_problems(config), *_secret_problems(config),
+            *_fidelity_problems(config)]
 
 
 # ---- entry points ---------------------------------------------------------------------------

@@ -44,6 +44,10 @@ class FailureClass(str, Enum):
     # The host lacks something every profile needs (a build tool a JIT compile calls, e.g.
     # ninja): no profile is to blame and no other profile can help
     ENVIRONMENT = "environment"
+    # The engine serves, but its greedy outputs or teacher-forced log-probs disagree with the
+    # model's fidelity reference, or its speculative acceptance collapsed (core/fidelity.py):
+    # deterministic for the command (supervisor's own verdict)
+    OUTPUT_MISMATCH = "output_mismatch"
     OTHER = "other"
 
 

@@ -45,6 +45,7 @@ STOP_VERDICTS: Mapping[StopReason, FailureClass] = {
     StopReason.PROBE_HUNG: FailureClass.WEDGED,
     StopReason.PROBE_FAILED: FailureClass.WARMUP_FAILED,
     StopReason.CAPTURE_MISSING: FailureClass.CAPTURE_FAILED,
+    StopReason.OUTPUT_MISMATCH: FailureClass.OUTPUT_MISMATCH,
 }
 
 
@@ -210,7 +211,10 @@ def decide_next_profile(failure: FailureClass, profile: str, *, after_ready: boo
         return ExitConfig()
     if failure in TEMPORARY_FAILURES:
         return WaitThenSame()
-    if after_ready and crashes + 1 <= ladder.same_profile_retries:
+    # Outputs that disagree with the reference are the command's, whenever they are seen: the
+    # same command again would write the same; the ladder moves on.
+    if after_ready and failure is not FailureClass.OUTPUT_MISMATCH \
+            and crashes + 1 <= ladder.same_profile_retries:
         return RetrySame(crashes + 1, ladder.same_profile_retries)
     failed = {*ladder.failed, profile}
     excluded = failed | set(ladder.skipped)

@@ -38,6 +38,7 @@ FAILURE_RANK: dict[FailureClass, int] = {
     FailureClass.SCHEDULER_DIED: 0,
     FailureClass.WATCHDOG_TIMEOUT: 0,
     FailureClass.NCCL_TIMEOUT: 0,
+    FailureClass.OUTPUT_MISMATCH: 0,
     FailureClass.CAPTURE_FAILED: 1,
     FailureClass.WARMUP_FAILED: 1,
     FailureClass.CUDA_ERROR: 1,

@@ -110,6 +110,19 @@ class ProbeFailed:
 
 
 @dataclass(frozen=True)
+class FidelityFailed:
+    """The engine's outputs disagree with the model's fidelity reference (core/fidelity.judge):
+    at the ready gate (never READY) or while serving. Texts are bounded and redacted."""
+
+    reason: str  # core.fidelity.Reason: prefix, logprob, tokens, accept_collapse, shape
+    detail: str
+    prompt: str | None = None
+    expected: str | None = None
+    received: str | None = None
+    at_ready: bool = True  # the ready gate's check (False: a periodic check while serving)
+
+
+@dataclass(frozen=True)
 class PassiveThroughput:
     """Tokens/s the engine generated for its own traffic (from its /metrics counters)."""
 
@@ -189,6 +202,7 @@ SupervisorInput = (
     | TimerFired
     | ProbeOk
     | ProbeFailed
+    | FidelityFailed
     | PassiveThroughput
     | HealthOk
     | HealthFailed

@@ -41,6 +41,7 @@ from sglang_supervisor.core.inputs import (
     TEMPORARY_TIMER,
     DecodeProgress,
     EngineExited,
+    FidelityFailed,
     GpuBusy,
     HealthFailed,
     HealthOk,
@@ -93,6 +94,8 @@ class Lifecycle(StartingLifecycle, ServingLifecycle, WaitingLifecycle, ChangingL
                 return self._on_probe_ok(inp, now)
             case ProbeFailed():
                 return self._on_probe_failed(inp, now)
+            case FidelityFailed():
+                return self._on_fidelity_failed(inp, now)
             case PassiveThroughput():
                 return self._throughput(inp.tok_s, now, force=False)
             case HealthOk():

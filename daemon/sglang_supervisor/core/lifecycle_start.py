@@ -40,7 +40,7 @@ from sglang_supervisor.core.events import (
     WeightsLoadBegan,
     WeightsLoaded,
 )
-from sglang_supervisor.core.inputs import FAILURE_GRACE_TIMER, Launched, ProbeFailed, ProbeOk
+from sglang_supervisor.core.inputs import FAILURE_GRACE_TIMER, FidelityFailed, Launched, ProbeFailed, ProbeOk
 from sglang_supervisor.core.lifecycle_base import LifecycleBase, _round
 from sglang_supervisor.core.phases import STARTING_PHASES, UP_PHASES, Phase
 from sglang_supervisor.core.readiness import FirstProbe, Gate, first_probe, ready_gate, without_prefill
@@ -216,6 +216,24 @@ class StartingLifecycle(LifecycleBase):
         acts.append(NotifyReady())
         self.ready_sent = True
         return acts + self._set_phase(Phase.SERVING, now)
+
+    def _on_fidelity_failed(self, inp: FidelityFailed, now: float) -> list[Action]:
+        """Outputs that disagree with the reference: the start (or the serving engine) failed
+        with `output_mismatch`, deterministic for its command; the ladder moves on."""
+        cur = self.cur
+        gate = cur.probing and self.phase in STARTING_PHASES
+        if cur.stopping or not (gate or self.phase in UP_PHASES):
+            return []  # a stop is under way and decides, or this attempt is over
+        cur.probing = False
+        message = f"output mismatch ({inp.reason}): {inp.detail}"
+        cur.failures.append(EngineFailed(line_no=0, rank=None, failure=FailureClass.OUTPUT_MISMATCH,
+                                         message=message[:500]))
+        cur.failure_times.append(now)
+        return [Log("fidelity.mismatch", "error", {
+                    "profile": self.profile, "reason": inp.reason, "detail": inp.detail,
+                    "prompt": inp.prompt, "expected": inp.expected, "received": inp.received,
+                    "gate": "ready" if gate else "serving"}),
+                *self._stop(StopReason.OUTPUT_MISMATCH)]
 
     def _ready_probe_failed(self, inp: ProbeFailed, verdict: FirstProbe) -> list[Action]:
         self.cur.probing = False

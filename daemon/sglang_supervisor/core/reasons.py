@@ -37,6 +37,7 @@ class StopReason(TextEnum):
     FAILED = "failed"  # a fatal log line and the engine did not exit within failure_grace_s
     LOG_ON_STDOUT = "log_on_stdout"  # its log goes to stdout: no start can ever be seen
     CANARY = "canary_rejected"  # an upgrade candidate measured worse than the current release
+    OUTPUT_MISMATCH = "output_mismatch"  # its outputs disagree with the fidelity reference
 
     @property
     def planned(self) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
 
+from sglang_supervisor.core.fidelity import accept_collapsed
 from sglang_supervisor.core.gpufacts import SLOWDOWN_REASONS, ForeignProcess, GpuInfo
 
 HOT_MARGIN_C = 3.0  # this close to the board's slowdown temperature counts as "hot"
@@ -51,6 +52,15 @@ class Reason(str, Enum):
     FOREIGN_GPU_PROCESS = "foreign_gpu_process"
     EAGER_DECODE = "eager_decode"
     BUSY = "busy"
+    # The probe's speculative accept length fell far below this start's baseline accept length:
+    # the draft path collapsed. Named with both numbers, and (unlike the others) acted on: it is
+    # the engine's own fault, the profile's fidelity to the draft (core/fidelity.py).
+    ACCEPT_COLLAPSE = "accept_collapse"
+
+
+# Explanations that name a slowdown but do not excuse it: the regression is still acted on.
+ACTED_ON = frozenset({Reason.ACCEPT_COLLAPSE})
+ACCEPT_COLLAPSE_RATIO = 0.5  # core/fidelity.accept_collapsed's default share
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +80,8 @@ class Observations:
     eager_passes_growth: float | None = None  # growth of sglang:cuda_graph_passes_total{mode="decode_none"}
     running: int | None = None  # engine load during the probe (besides the probe itself)
     queued: int | None = None
+    accept_length: float | None = None  # the confirming probe's spec_accept_length
+    baseline_accept: float | None = None  # the median accept length of this start's baseline probes
 
 
 def explain(obs: Observations) -> tuple[Explanation, ...]:
@@ -101,6 +113,10 @@ def explain(obs: Observations) -> tuple[Explanation, ...]:
             Reason.EAGER_DECODE,
             f"{obs.eager_passes_growth:.0f} decode passes ran without a CUDA graph (decode_none)",
         ))
+    if accept_collapsed(obs.baseline_accept, obs.accept_length, ACCEPT_COLLAPSE_RATIO):
+        out.append(Explanation(Reason.ACCEPT_COLLAPSE, (
+            f"speculative acceptance collapsed: accept length {obs.accept_length:.2f} against "
+            f"{obs.baseline_accept:.2f} at the baseline (the draft path, not the GPU)")))
     if (obs.running or 0) + (obs.queued or 0) > 0:
         detail = f"the engine was serving traffic ({obs.running or 0} running, {obs.queued or 0} queued)"
         out.append(Explanation(Reason.BUSY, detail))
@@ -273,15 +289,16 @@ def evaluate(
         return result(Reprobe())
 
     explanations = explain(observations)
-    if explanations:
+    if any(e.reason not in ACTED_ON for e in explanations):
         return result(Explained(explanations), state, explanations)
     if not settings.act:
-        return result(NoAction("unexplained regression; acting on regressions is disabled"))
+        return result(NoAction("unexplained regression; acting on regressions is disabled"), state,
+                      explanations)
 
     regressed = replace(state, regressed_profile=profile, regressed_tps=window_median, settled_at=None,
                         restarted_at=None)
     if state.stage in ("restarted_same", "trying_next") and state.regressed_profile == profile:
         # The restart did not help, helped only briefly, or the retried primary is still slow:
         # move down the ladder.
-        return result(TryNextProfile(), replace(regressed, stage="trying_next"))
-    return result(RestartSame(), replace(regressed, stage="restarted_same", restarted_at=now))
+        return result(TryNextProfile(), replace(regressed, stage="trying_next"), explanations)
+    return result(RestartSame(), replace(regressed, stage="restarted_same", restarted_at=now), explanations)

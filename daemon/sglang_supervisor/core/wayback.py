@@ -41,7 +41,7 @@ DETERMINISTIC = frozenset({
     FailureClass.CAPTURE_FAILED,
     FailureClass.DRAFT_CAPTURE_FAILED, FailureClass.PREFILL_GRAPH_FAILED,
     FailureClass.KV_CACHE_OOM, FailureClass.CUDA_ERROR, FailureClass.WARMUP_FAILED,
-    FailureClass.SCHEDULER_EXCEPTION,
+    FailureClass.SCHEDULER_EXCEPTION, FailureClass.OUTPUT_MISMATCH,
 })
 TTL_CAP_FACTOR = 4.0
 MAX_DOUBLINGS = 30  # 2**30: far past any cap; keeps the arithmetic finite for huge counts

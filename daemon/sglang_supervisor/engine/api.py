@@ -137,3 +137,79 @@ def parse_get_load(body: object) -> EngineLoad | None:
     return EngineLoad(running, queued, "get_load") if seen else None
 
 
+
+
+# -- output fidelity (core/fidelity.py): greedy prompts and one teacher-forced text --------------
+# Checked in the 0.5.17 and 0.5.23 wheels (srt/managers/io_struct.py GenerateReqInput,
+# tokenizer_manager.add_logprob_to_meta_info): `return_logprob` with `logprob_start_len: 0` puts
+# `meta_info.input_token_logprobs` = [[logprob, token_id, text|null], ...] for every prompt token
+# (the first one's logprob is null); a non-streaming answer carries `output_ids` and `text`.
+
+
+def greedy_payload(prompt: str, max_new_tokens: int) -> dict[str, object]:
+    """One non-streaming greedy generation of exactly `max_new_tokens` tokens."""
+    return {"text": prompt, "stream": False,
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0,
+                                "ignore_eos": True}}
+
+
+def scoring_payload(text: str) -> dict[str, object]:
+    """The log-probability of every token of `text` given the ones before (teacher-forced)."""
+    return {"text": text, "stream": False, "return_logprob": True, "logprob_start_len": 0,
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+
+
+MAX_IDS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Generated:
+    text: str
+    output_ids: tuple[int, ...]
+    spec_accept_length: float | None
+
+
+def parse_generated(body: object) -> Generated | None:
+    """Pure: a non-streaming `/generate` answer; None when it has not the documented shape."""
+    if isinstance(body, list) and len(body) == 1:
+        body = body[0]
+    if not isinstance(body, Mapping):
+        return None
+    text, ids = body.get("text"), body.get("output_ids")
+    if not isinstance(text, str) or not isinstance(ids, list) or len(ids) > MAX_IDS:
+        return None
+    out = [count_or_none(i) for i in ids]
+    if any(i is None for i in out):
+        return None
+    meta = body.get("meta_info")
+    accept = meta.get("spec_accept_length") if isinstance(meta, Mapping) else None
+    spec: float | None = None
+    if isinstance(accept, int | float) and not isinstance(accept, bool) and math.isfinite(accept):
+        spec = float(accept)
+    return Generated(text, tuple(i for i in out if i is not None), spec)
+
+
+def parse_input_logprobs(body: object) -> tuple[tuple[int, ...], tuple[float | None, ...]] | None:
+    """Pure: (token ids, logprobs) of `meta_info.input_token_logprobs`; None when malformed."""
+    if isinstance(body, list) and len(body) == 1:
+        body = body[0]
+    meta = body.get("meta_info") if isinstance(body, Mapping) else None
+    rows = meta.get("input_token_logprobs") if isinstance(meta, Mapping) else None
+    if not isinstance(rows, list) or not rows or len(rows) > MAX_IDS:
+        return None
+    ids: list[int] = []
+    lps: list[float | None] = []
+    for row in rows:
+        if not isinstance(row, list | tuple) or len(row) < 2:
+            return None
+        lp, tid = row[0], count_or_none(row[1])
+        if tid is None:
+            return None
+        if lp is None:
+            lps.append(None)
+        elif isinstance(lp, int | float) and not isinstance(lp, bool) and math.isfinite(lp):
+            lps.append(float(lp))
+        else:
+            return None
+        ids.append(tid)
+    return tuple(ids), tuple(lps)

@@ -185,6 +185,22 @@ class SupervisorMetrics:
         self.probe_accept = Gauge(f"{NS}_probe_spec_accept_length",
                                   "speculative accept length of the last probe", registry=r)
         self.probe_runs = Counter(f"{NS}_probe_runs", "probes by result", ["result"], registry=r)
+        # Output fidelity (core/fidelity.py): checks by result (pass, mismatch, unavailable,
+        # no_reference, reference_taken, skipped_busy) and the statistic of the last check.
+        self.baseline_accept = Gauge(f"{NS}_baseline_spec_accept_length",
+                                     "speculative accept length of this start's baseline probes", registry=r)
+        self.fidelity_checks = Counter(f"{NS}_fidelity_checks", "output-fidelity checks by result",
+                                       ["result"], registry=r)
+        self.fidelity_has_reference = Gauge(f"{NS}_fidelity_reference",
+                                            "1 when the model has a fidelity reference", registry=r)
+        self.fidelity_prefix = Gauge(f"{NS}_fidelity_min_prefix_tokens",
+                                     "greedy tokens agreeing with the reference, worst prompt, last check",
+                                     registry=r)
+        self.fidelity_logprob = Gauge(f"{NS}_fidelity_logprob_mean_abs_diff",
+                                      "teacher-forced mean absolute log-prob difference, last check (nats)",
+                                      registry=r)
+        self.fidelity_mismatch = Gauge(f"{NS}_fidelity_last_mismatch_timestamp_seconds",
+                                       "when the last output mismatch was seen (0: never)", registry=r)
         self.last_probe = Gauge(f"{NS}_last_probe_timestamp_seconds", "when the last probe started",
                                 registry=r)
         self.baseline = Gauge(f"{NS}_baseline_output_tokens_per_second",
@@ -290,6 +306,21 @@ class SupervisorMetrics:
                             (result.itl_p50_s, self.probe_itl_p50), (result.itl_p90_s, self.probe_itl_p90)):
             if attr is not None:
                 gauge.set(attr)
+
+    def set_baseline_accept(self, value: float) -> None:
+        self.baseline_accept.set(value)
+
+    def fidelity_check(self, result: str) -> None:
+        self.fidelity_checks.labels(result).inc()
+        if result == "mismatch":
+            self.fidelity_mismatch.set(time.time())
+
+    def fidelity_reference(self, present: bool) -> None:
+        self.fidelity_has_reference.set(1 if present else 0)
+
+    def fidelity_stats(self, min_prefix: object, logprob_diff: object) -> None:
+        for value, gauge in ((min_prefix, self.fidelity_prefix), (logprob_diff, self.fidelity_logprob)):
+            gauge.set(float(value) if isinstance(value, int | float) else float("nan"))
 
     def set_ratio(self, ratio: float | None) -> None:
         """The regression policy's ratio (median of the window / baseline), as /status reports it;

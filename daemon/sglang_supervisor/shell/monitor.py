@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import inspect
 import math
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -166,6 +167,10 @@ class ThroughputMonitor:
         self._on_passive_tps = on_passive_tps
         stored = store.baseline(baseline_key)
         self.baseline: float | None = stored.value if stored is not None else None
+        # This start's speculative accept length at its baseline probes (same weights, same probe):
+        # what a collapse is measured against (regression.Reason.ACCEPT_COLLAPSE).
+        self.accept_samples: list[float] = []
+        self.baseline_accept: float | None = None
         self.samples: list[float] = []
         self.last_probe: ProbeResult | None = None
         self.last_evaluation: Evaluation | None = None
@@ -212,6 +217,9 @@ class ThroughputMonitor:
             "last_probe": self.last_probe.to_dict() if self.last_probe else None,
             "remediation": self.remediation.stage,
             "probes_skipped_busy": self.probes_skipped_busy,
+            "spec_accept_length": self.last_probe.spec_accept_length if self.last_probe else None,
+            "baseline_spec_accept_length": self.baseline_accept,
+            "explained_by": [e.detail for e in ev.explanations] if ev else [],
         }
 
     # --- probing --------------------------------------------------------------------------------
@@ -272,6 +280,11 @@ class ThroughputMonitor:
             if sample:
                 self.samples.append(result.decode_tps)
                 self._update_baseline()
+                if result.spec_accept_length is not None and len(self.samples) <= self.settings.baseline_runs:
+                    self.accept_samples.append(result.spec_accept_length)
+                    self.baseline_accept = statistics.median(self.accept_samples)
+                    if self.metrics is not None:
+                        self.metrics.set_baseline_accept(self.baseline_accept)
         else:
             self.consecutive_failures += 1
             log.warning("probe.failed", error=result.error, timed_out=result.timed_out,
@@ -326,6 +339,8 @@ class ThroughputMonitor:
             eager_passes_growth=growth,
             running=running,
             queued=queued,
+            accept_length=result.spec_accept_length,
+            baseline_accept=self.baseline_accept,
         )
         return result, obs
 
@@ -432,7 +447,9 @@ class ThroughputMonitor:
         self._last_explained = reasons
         text = describe(d)
         log.warning("throughput.decision", decision=decision_name(d), detail=text, median_tps=ev.median_tps,
-                    baseline_tps=self.baseline, ratio=ev.ratio)
+                    baseline_tps=self.baseline, ratio=ev.ratio, named=[e.detail for e in ev.explanations],
+                    spec_accept_length=self.last_probe.spec_accept_length if self.last_probe else None,
+                    baseline_spec_accept_length=self.baseline_accept)
         outcome = self.on_decision(d, text)
         if inspect.isawaitable(outcome):
             await outcome

@@ -168,7 +168,13 @@ class Serving:
                                     timed_out=bool(result and result.timed_out),
                                     now=time.monotonic(), deadline=deadline)
             if step.step is ReadyStep.READY and result is not None:
-                if sup.lifecycle.attempt == attempt:
+                # The outputs must agree with the model's reference before READY=1 (fidelity).
+                verdict = await sup.fidelity.check(profile, result.spec_accept_length, at_ready=True) \
+                    if sup.lifecycle.attempt == attempt else None
+                if sup.lifecycle.attempt == attempt and verdict is not None:
+                    await monitor.aclose()
+                    sup.feed(verdict)
+                elif sup.lifecycle.attempt == attempt and not monitor.stopped:
                     self.monitor = monitor
                     sup.feed(ProbeOk(result.decode_tps, result.ttft_s))
                 else:
@@ -208,6 +214,7 @@ class Serving:
         if self.renew_monitor_at_ready:
             self.renew_monitor_at_ready = False
             self.renew_monitor()
+        sup.fidelity.start_periodic(sup.lifecycle.attempt, sup.lifecycle.profile or "")
         if self.health_task is None or self.health_task.done():
             self.health_task = asyncio.ensure_future(self.health_loop(sup.lifecycle.attempt))
             sup.supervise(self.health_task)
@@ -219,6 +226,7 @@ class Serving:
             sup.loop.call_soon(sup.inbox.put, StopRequested("exit-after-ready"))
 
     def stop_tasks(self) -> None:
+        self.sup.fidelity.stop()
         for task in (self.health_task, self.monitor_task):
             if task is not None:
                 task.cancel()

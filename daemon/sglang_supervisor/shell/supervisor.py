@@ -67,6 +67,7 @@ from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.shell import gpu, ports, state
 from sglang_supervisor.shell.apikey import remove_secret_config
 from sglang_supervisor.shell.codestamp import code_stamp
+from sglang_supervisor.shell.fidelitycheck import FidelityChecker
 from sglang_supervisor.shell.grouplink import LeaderLink
 from sglang_supervisor.shell.guard import TaskGuard
 from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
@@ -145,6 +146,7 @@ class Supervisor:
         self.timers = Timers(self.inbox.put)
         self.runner = EngineRunner(self)
         self.serving = Serving(self)
+        self.fidelity = FidelityChecker(self)
         self.reloader = Reloader(self)
         self.upgrades = Upgrades(self)  # release memory, the upgrade canary, in-place upgrades
         self._guard = TaskGuard(self._internal_error)
@@ -227,6 +229,7 @@ class Supervisor:
             "engine_log_writable": self.runner.log_spell is None,
             "forward_dropped": eng.pump.stats.forward_dropped if eng else 0,
             "throughput": monitor.status() if monitor else None,
+            "fidelity": self.fidelity.status(),
             "last_reload": self.reloader.last,
             "upgrade": self.upgrades.status(),
             "below_best_profile_seconds": round(self._below_best_seconds(), 1),

@@ -42,6 +42,7 @@ from sglang_supervisor.simulator import (
     throughput,
     versions,
 )
+from sglang_supervisor.simulator.outputs import OUTPUT_FAULTS
 
 _WARNING_ENTRY = (
     "{path}/sglang/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still supported, "
@@ -457,7 +458,7 @@ class Launcher:
         for f in self.faults:
             if (
                 f.kind in ("hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback",
-                           "echo-hostile", "http", "health-slow-under-load")
+                           "echo-hostile", "http", "health-slow-under-load", *OUTPUT_FAULTS)
                 and (f.kind != "hang" or f.stage == "serving")
                 and (f.kind != "crash" or f.stage is None)
             ):
@@ -482,6 +483,10 @@ class Launcher:
             engine.health_slow_s = (f.seconds or 60.0) * self.scale
         elif f.kind == "eager-fallback":
             engine.eager = True
+        elif f.kind == "accept-collapse":
+            engine.accept_collapsed = True
+        elif f.kind in OUTPUT_FAULTS:
+            engine.output_fault = f.kind
         elif f.kind == "echo-hostile":
             level, fmt = self.cfg.log_requests_level, self.cfg.log_requests_format
             self.log.request_record("".join(reqlog.hostile_lines(level, fmt, time.time())))

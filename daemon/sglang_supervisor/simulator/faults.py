@@ -71,6 +71,12 @@ Fault specs (--sim-fault SPEC, repeatable; env SGLANG_SIM_FAULTS="SPEC,SPEC;SPEC
                                    failure/crash/capture/ready lines are echoed like
                                    --log-requests does (on stdout, in its
                                    --log-requests-level/-format)
+  garbage-output[:N][@S]           from S s after ready (0: from the start), after the first N
+                                   teacher-forced scorings (N fidelity samples; default 0),
+                                   greedy outputs and log-probs are those of a broken model
+  late-divergence[@S]              greedy outputs agree for their first 24 tokens, then differ;
+                                   log-probs differ by rounding noise only (must pass fidelity)
+  accept-collapse[@S]              speculative decoding accepts no draft token (accept length 1)
   SECONDS are simulated seconds (multiplied by SGLANG_SIM_TIME_SCALE); default 0.
   +rank=N picks the failing TP rank (default 0; ranks are global: with --nnodes the fault
   happens on the node that hosts rank N); +when=--flag[=value] applies the fault only
@@ -99,6 +105,7 @@ class Fault:
     seconds: float | None = None  # slow-drain
     rank: int = 0
     when: tuple[WhenFlag, ...] = ()
+    after: int = 0  # garbage-output:N: healthy for the first N fidelity samples (scored texts)
 
     def applies_to(self, argv: Sequence[str]) -> bool:
         return all(_has_flag(argv, w) != w.absent for w in self.when)
@@ -123,8 +130,12 @@ _KINDS = (
     "http",
     "health-fine-generate-hangs",
     "health-slow-under-load",
+    "garbage-output",
+    "late-divergence",
+    "accept-collapse",
 )
-_TIMED = {"hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile", "http",
+_TIMED = {"garbage-output", "late-divergence", "accept-collapse",
+          "hang", "crash", "watchdog", "nccl-timeout", "degrade", "eager-fallback", "echo-hostile", "http",
           "health-fine-generate-hangs"}
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
 
@@ -236,6 +247,11 @@ def parse_fault(spec: str) -> Fault:
         nargs(0, 1, "port-race[:uvicorn|:precheck]")
         mode = _one_of(spec, "port race", args[0], PORT_RACE_MODES) if args else "uvicorn"
         return Fault(kind, mode=mode, rank=rank, when=tw, at_s=at_s)
+    if kind == "garbage-output":
+        nargs(0, 1, "garbage-output[:N][@S] (N: healthy for the first N scored texts)")
+        if args and not args[0].isdigit():
+            raise FaultSpecError(f"fault {spec!r}: N {args[0]!r} is not a count")
+        return Fault(kind, rank=rank, when=tw, at_s=at_s, after=int(args[0]) if args else 0)
     if kind == "slow-drain":
         nargs(1, 1, "slow-drain:SECONDS")
         return Fault(kind, seconds=_seconds(spec, args[0]), rank=rank, when=tw, at_s=at_s)

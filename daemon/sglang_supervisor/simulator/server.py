@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sglang_supervisor.simulator import reqlog, serving, throughput
+from sglang_supervisor.simulator import outputs, reqlog, serving, throughput
 from sglang_supervisor.simulator.args import SimConfig
 
 Scope = MutableMapping[str, Any]
@@ -270,7 +270,17 @@ class Api:
             return JSONResponse(outs)
         req = self._submit(texts, ids, max_new, params, stream)
         if not body.get("stream"):
-            return JSONResponse(await self._collect(req))
+            out = await self._collect(req)
+            if isinstance(texts, str):  # SGLang's greedy ids depend on the prompt (outputs.py)
+                e = self.engine
+                fault = e.output_fault if e.scored >= e.output_fault_after else None
+                out["output_ids"] = outputs.output_ids(texts, req.generated, fault)
+                out["text"] = outputs.text_of(out["output_ids"], serving.WORDS)
+                if body.get("return_logprob") and body.get("logprob_start_len", -1) == 0:
+                    out["meta_info"]["input_token_logprobs"] = outputs.input_logprobs(texts, fault)
+                    out["meta_info"]["output_token_logprobs"] = []
+                    e.scored += 1
+            return JSONResponse(out)
 
         async def events() -> AsyncIterator[bytes]:
             async for n, final in self._run(req):

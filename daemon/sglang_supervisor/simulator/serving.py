@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sglang_supervisor.simulator import logfmt, throughput
-from sglang_supervisor.simulator.args import SimConfig
+from sglang_supervisor.simulator.args import SimConfig, active_faults
 from sglang_supervisor.simulator.faults import degrade_multiplier
+from sglang_supervisor.simulator.outputs import OUTPUT_FAULTS
 
 _MIN_WAKE_S = 0.01
 _MAX_LAG_S = 0.5  # behind schedule by more than this (a stall, a loaded host): restart the schedule
@@ -198,6 +199,13 @@ class Engine:
         # SchedulerLink). A stopped scheduler never answers, and decoding stops with it.
         self.heartbeat: Callable[[], Awaitable[None]] | None = None
         self.health_slow_s: float | None = None
+        # Output faults (simulator/outputs.py) active from the start; timed ones set later.
+        self.output_fault: str | None = next(
+            (f.kind for f in active_faults(cfg) if f.kind in OUTPUT_FAULTS and f.at_s == 0
+             and f.kind != "accept-collapse"), None)
+        self.output_fault_after = next((f.after for f in active_faults(cfg) if f.kind == "garbage-output"), 0)
+        self.scored = 0  # teacher-forced scorings answered (return_logprob from position 0)
+        self.accept_collapsed = any(f.kind == "accept-collapse" and f.at_s == 0 for f in active_faults(cfg))
 
     def _observe(self, name: str, value: float) -> None:
         for observe in self.observers:
@@ -301,7 +309,7 @@ class Engine:
             await asyncio.sleep(max(0.0, next_at - now_loop))
             if self.wedged:
                 continue
-            accept = throughput.accept_length(self.profile)
+            accept = 1.0 if self.accept_collapsed else throughput.accept_length(self.profile)
             now = time.monotonic()
             finished: list[Request] = []
             for req in self.running:
@@ -402,7 +410,7 @@ class Engine:
             use = f"#token: {tokens}, token usage: {usage:.2f}"
         spec = ""
         if self.cfg.speculative:
-            accept = throughput.accept_length(self.profile)
+            accept = 1.0 if self.accept_collapsed else throughput.accept_length(self.profile)
             rate = (accept - 1) / max(self.cfg.spec_steps, 1)
             spec = f"accept len: {accept:.2f}, accept rate: {min(rate, 1.0):.2f}, "
         self.log.tp0(

@@ -12,7 +12,7 @@ is the doctor's one entry point to them.
 """
 
 from sglang_supervisor.core.audit.codestale import code_stale_findings
-from sglang_supervisor.core.audit.fallback import fallback_findings
+from sglang_supervisor.core.audit.fallback import fallback_findings, fidelity_findings
 from sglang_supervisor.core.audit.findings import (
     AREAS,
     SEVERITIES,
@@ -42,6 +42,7 @@ __all__ = [
     "code_stale_findings",
     "collapse_common",
     "fallback_findings",
+    "fidelity_findings",
     "has_errors",
     "host_findings",
     "live_findings",

@@ -4,7 +4,10 @@ an `sglang` distribution of that version on its path) proves itself against the 
 or is rolled back: a faster one is promoted and keeps serving across a restart, a slower one is
 rolled back and the old release serves again (and it is not retried while its venv is unchanged),
 one that refuses the tuned profile is refused before anything stops (`upgrade --check` exits 78),
-and an in-place upgrade is reported as a canary without a way back.
+and an in-place upgrade is reported as a canary without a way back. With a fidelity reference
+(taken on the current release: the key is the weights, not the release) a faster candidate whose
+answers are garbage is rolled back for fidelity without blaming the profile, and one whose
+outputs diverge late (within tolerance) is promoted.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ CURRENT = "0.5.22"
 CANDIDATE = "0.5.23"
 
 
-def fake_venv(root: Path, version: str, decode_tps: float) -> str:
-    """A venv-shaped directory whose bin/python runs our interpreter as SGLang `version`."""
+def fake_venv(root: Path, version: str, decode_tps: float, faults: str = "") -> str:
+    """A venv-shaped directory whose bin/python runs our interpreter as SGLang `version` (with
+    simulator `faults`, SGLANG_SIM_FAULTS, for that release only)."""
     site = root / "site"
     dist = site / f"sglang-{version}.dist-info"
     dist.mkdir(parents=True)
@@ -39,6 +43,7 @@ def fake_venv(root: Path, version: str, decode_tps: float) -> str:
     python.write_text(
         "#!/bin/sh\n"
         f"export SGLANG_SIM_VERSION={version} SGLANG_SIM_DECODE_TPS={decode_tps}\n"
+        + (f"export SGLANG_SIM_FAULTS={faults}\n" if faults else "") +
         f'export PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
         f'exec {sys.executable} "$@"\n')
     python.chmod(0o755)
@@ -65,11 +70,16 @@ def upgrade(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
                               "PYTHONPATH", "")})
 
 
-def trial(daemons: list[Daemon], tmp_path: Path, decode_tps: float) -> tuple[Daemon, str, str]:
+def trial(daemons: list[Daemon], tmp_path: Path, decode_tps: float, faults: str = "",
+          fidelity_reference: bool = False) -> tuple[Daemon, str, str]:
     data, address = current_config(tmp_path)
+    if fidelity_reference:  # the current release's first READY takes the model's reference
+        data["fidelity"] = {"reference_profile": "tuned", "interval_s": 0}
     d = start(daemons, tmp_path, data)
     d.notified("READY=1")
-    python = fake_venv(tmp_path / "candidate", CANDIDATE, decode_tps)
+    if fidelity_reference:
+        assert d.event("fidelity.reference_taken")["sglang_version"] == CURRENT
+    python = fake_venv(tmp_path / "candidate", CANDIDATE, decode_tps, faults)
     data["engine"]["candidate"] = {"python": python}
     d.write_config(data)
     d.proc.send_signal(signal.SIGHUP)
@@ -216,3 +226,51 @@ def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(
     codes = {f["code"] for f in json.loads(doctor.stdout)["findings"]}
     assert "upgrade.in_place" in codes, doctor.stdout[-2000:]
     stop_cleanly(again)
+
+
+def test_a_faster_candidate_with_garbage_outputs_is_rolled_back_for_fidelity(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    d, address, python = trial(daemons, tmp_path, decode_tps=150, faults="garbage-output",
+                               fidelity_reference=True)
+    verdict = d.event("upgrade.verdict")
+    assert verdict["verdict"] == "rolled_back" and verdict["fidelity"] == "fail", verdict
+    assert verdict["tps_ratio"] > 1.0  # faster, and still rejected
+    reason = verdict["reason"]
+    assert reason.startswith("fidelity:") and "prompt " in reason, reason
+    assert "expected " in reason and "received " in reason and len(reason) <= 500
+    rolled = d.event("supervisor.reload_rolled_back")
+    assert rolled["failure_class"] == "canary_rejected" and rolled["profile"] == "tuned"
+    assert rolled["message"] == reason
+    # the old release serves again, the same profile, and still agrees with the reference
+    ready = d.event("supervisor.ready", after=d.events.index(rolled))
+    assert ready["profile"] == "tuned"
+    assert d.named("fidelity.check")[-1]["result"] == "pass"
+    # the candidate is rejected, not the profile: no rung walked, nothing marked bad
+    assert not d.named("profile.fallback") and not d.named("fidelity.mismatch")
+    assert "output_mismatch" not in (tmp_path / "state" / "demo.state.json").read_text()
+    st = status(address)
+    assert st["engine_version"] == CURRENT and st["profile"] == "tuned"
+    assert st["upgrade"]["fidelity"] == "fail" and st["upgrade"]["promoted"] is None
+    assert st["upgrade"]["last_verdict"]["fidelity"] == "fail"
+    book = json.loads((tmp_path / "state" / "demo.releases.json").read_text())
+    assert book["releases"][-1]["fidelity"] == "fail" and book["releases"][-1]["python"] == python
+    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
+                             str(d.config_path), "--json"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    codes = {f["code"]: f for f in json.loads(doctor.stdout)["findings"]}
+    assert "fidelity fail" in codes["upgrade.release"]["what"], doctor.stdout[-2000:]
+    assert "fidelity reference" in codes["upgrade.last_verdict"]["fix"]
+    stop_cleanly(d)
+
+
+def test_a_candidate_whose_outputs_diverge_late_is_promoted(
+        daemons: list[Daemon], tmp_path: Path) -> None:
+    d, address, _ = trial(daemons, tmp_path, decode_tps=150, faults="late-divergence",
+                          fidelity_reference=True)
+    verdict = d.event("upgrade.verdict")
+    assert verdict["verdict"] == "promoted" and verdict["fidelity"] == "pass", verdict
+    d.notified("READY=1", count=2)
+    st = status(address)
+    assert st["engine_version"] == CANDIDATE and st["upgrade"]["fidelity"] == "pass"
+    assert not d.named("supervisor.reload_rolled_back")
+    stop_cleanly(d)

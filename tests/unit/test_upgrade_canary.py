@@ -12,15 +12,24 @@ from sglang_supervisor.core.actions import (
     CanaryJudged,
     Launch,
     Log,
+    MarkBad,
     MarkGood,
     NotifyReady,
     RollBack,
     StopEngine,
 )
-from sglang_supervisor.core.canary import CanaryPlan, Reference, judge
+from sglang_supervisor.core.canary import CanaryPlan, Reference, judge, mismatch_detail
 from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, HttpUp, ServerReady, WeightsLoadBegan
-from sglang_supervisor.core.inputs import EngineExited, Launched, ProbeOk, ReloadRequested, Settings, Start
+from sglang_supervisor.core.inputs import (
+    EngineExited,
+    FidelityFailed,
+    Launched,
+    ProbeOk,
+    ReloadRequested,
+    Settings,
+    Start,
+)
 from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.upgradeplan import candidate_config, plan_text, plan_upgrade
 from sglang_supervisor.shell.configfile import default_demo_config_path
@@ -37,12 +46,30 @@ PLAN = CanaryPlan("0.5.22", "0.5.23", "/opt/sglang-new/bin/python",
     (150.0, None, "not_checked", True, "min_tps_ratio"),  # TTFT not measured: decode decides
     (None, 0.1, "not_checked", False, "measured no tok/s"),
     (150.0, 0.1, "fail", False, "fidelity"),
+    (150.0, 0.1, "unavailable", False, "cannot show"),  # no sample: the candidate cannot prove itself
+    (150.0, 0.1, "pass", True, "min_tps_ratio"),
+    (50.0, 0.1, "pass", False, "min_tps_ratio"),  # right answers do not redeem a slow candidate
+    (97.9, 0.20, "fail", False, "fidelity"),  # fidelity is named first when both fail
 ])
 def test_the_verdict(tok_s: float | None, ttft_s: float | None, fidelity: str, promote: bool,
                      word: str) -> None:
     v = judge(PLAN, tok_s, ttft_s, fidelity)
     assert v.promote is promote and word in v.reason, v
     assert v.to_json()["fidelity"] == fidelity
+
+
+def test_a_fidelity_mismatch_names_the_prompt_and_both_texts_bounded() -> None:
+    detail = mismatch_detail("prefix", "greedy tokens agree for 0 of 16", "What is 2+2?",
+                             "4" * 1000, "garbage " * 200)
+    v = judge(PLAN, 150.0, 0.1, "fail", detail)
+    assert not v.promote and v.reason.startswith("fidelity:")
+    assert "'What is 2+2?'" in v.reason and "expected '444" in v.reason and "received 'garbage" in v.reason
+    assert len(v.reason) < 400
+
+
+def test_an_unknown_fidelity_word_does_not_promote() -> None:
+    v = judge(PLAN, 150.0, 0.1, "maybe")
+    assert not v.promote and v.fidelity == "unavailable"
 
 
 def test_no_reference_promotes_on_a_start_alone_and_says_so() -> None:
@@ -169,6 +196,44 @@ def test_a_failed_fidelity_check_at_ready_rolls_back_a_faster_candidate() -> Non
     judged = kinds(acts, CanaryJudged)
     assert not judged[0].verdict.promote and judged[0].verdict.fidelity == "fail"
     assert StopEngine("canary_rejected") in acts
+
+
+def test_a_mismatch_at_the_candidate_gate_rejects_the_candidate_not_the_profile() -> None:
+    """An output_mismatch fed at a canary's ready gate is the candidate's verdict: rolled back to
+    the same profile on the current release, nothing marked bad, no rung walked."""
+    run = Run()
+    run.candidate_started()
+    run.feed(WeightsLoadBegan(1, "TP0", 1.0), CaptureBegan(2, "TP0", "target", "decode", "full"),
+             CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.5),
+             HttpUp(4, None, "127.0.0.1", 30000), ServerReady(5, None))
+    acts = run.feed(FidelityFailed("prefix", "greedy tokens agree for 0 of 16", "What is 2+2?",
+                                   "4", "zzz"))
+    [judged] = kinds(acts, CanaryJudged)
+    assert not judged.verdict.promote and judged.verdict.fidelity == "fail"
+    assert "'What is 2+2?'" in judged.verdict.reason
+    assert StopEngine("canary_rejected") in acts and NotifyReady() not in acts
+    back = run.feed(EngineExited(run.lc.attempt, 0, True))
+    [roll] = kinds(back, RollBack)
+    assert roll.failure_class == "canary_rejected" and "fidelity" in roll.message
+    assert kinds(back, Launch)[-1].profile == "tuned"  # the same rung, on the current release
+    assert not kinds(acts + back, MarkBad)
+    assert not [a for a in back if isinstance(a, Log) and a.event == "profile.fallback"]
+    # the current release serves again, as the same profile, with no canary
+    run.launched(back)
+    again = run.to_probe(100.0)
+    assert not kinds(again, CanaryJudged) and NotifyReady() in again
+
+
+def test_a_mismatch_outside_a_canary_still_walks_the_ladder() -> None:
+    run = Run()
+    run.launched(run.feed(Start()))
+    run.feed(WeightsLoadBegan(1, "TP0", 1.0), CaptureBegan(2, "TP0", "target", "decode", "full"),
+             CaptureEnded(3, "TP0", "target", "decode", 1.0, 0.5),
+             HttpUp(4, None, "127.0.0.1", 30000), ServerReady(5, None))
+    acts = run.feed(FidelityFailed("prefix", "greedy tokens agree for 0 of 16"))
+    assert StopEngine("output_mismatch") in acts and not kinds(acts, CanaryJudged)
+    back = run.feed(EngineExited(run.lc.attempt, 0, True))
+    assert kinds(back, Launch)[-1].profile == "no-prefill-graph"
 
 
 def test_a_candidate_that_fails_to_start_rolls_back_without_walking_the_ladder() -> None:

@@ -3,8 +3,12 @@ release's last-good profile, is promoted only when its READY probe measures with
 the current release's remembered reference on the same prompts; otherwise the lifecycle rolls back
 to the current release (the reload rollback of `core/lifecycle_change.py`).
 
-Fidelity (the candidate's answers against the current release's) is another module's check: a
-verdict carries `fidelity` ("not_checked" until that check is wired in; "fail" refuses).
+Fidelity is the fidelity check's (core/fidelity.py, shell/fidelitycheck.py): the candidate's
+answers against the model's reference (keyed by model, tokenizer and dtype, not by release, so the
+reference taken on the current release judges the candidate). A verdict carries `fidelity`:
+"pass", "fail" (rejected, even when faster), "not_checked" (fidelity disabled, or no reference for
+these weights: judged on speed alone) or "unavailable" (the sample could not be taken, even on a
+second try: rejected too, since a candidate that cannot show its answers cannot prove itself).
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FIDELITY_NOT_CHECKED = "not_checked"
+FIDELITY_PASSED = "pass"
+FIDELITY_FAIL = "fail"
+FIDELITY_UNAVAILABLE = "unavailable"
+FIDELITY_WORDS = (FIDELITY_PASSED, FIDELITY_FAIL, FIDELITY_NOT_CHECKED, FIDELITY_UNAVAILABLE)
+MAX_FIDELITY_DETAIL = 300  # the mismatch's prompt, expected and received texts, in the reason
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,18 @@ class Verdict:
                 "fidelity": self.fidelity}
 
 
+def mismatch_detail(reason: str, detail: str, prompt: str | None, expected: str | None,
+                    received: str | None) -> str:
+    """What a fidelity mismatch names in a canary's reason: the statistic that failed, and the
+    prompt with the expected and received texts (already bounded and redacted by
+    core/fidelity.judge), cut to MAX_FIDELITY_DETAIL."""
+    text = f"{reason}: {detail}" if detail else reason
+    if prompt:
+        text += f"; prompt {prompt[:80]!r}: expected {(expected or '')[:80]!r}, " \
+                f"received {(received or '')[:80]!r}"
+    return text[:MAX_FIDELITY_DETAIL]
+
+
 def _r(v: float | None, digits: int = 2) -> float | None:
     return None if v is None else round(v, digits)
 
@@ -70,9 +91,14 @@ def _ratio(new: float | None, old: float | None) -> float | None:
 
 
 def judge(plan: CanaryPlan, tok_s: float | None, ttft_s: float | None,
-          fidelity: str = FIDELITY_NOT_CHECKED) -> Verdict:
-    """Promote when decode tok/s is at least `min_tps_ratio` of the reference, TTFT (when both
-    sides measured it) at most `max_ttft_ratio` of it, and fidelity did not fail."""
+          fidelity: str = FIDELITY_NOT_CHECKED, fidelity_detail: str = "") -> Verdict:
+    """Promote when fidelity passed or was not checked, decode tok/s is at least `min_tps_ratio`
+    of the reference, and TTFT (when both sides measured it) at most `max_ttft_ratio` of it.
+    Fidelity comes first: wrong answers are not redeemed by speed. `fidelity_detail` (what
+    differed, or why no sample) goes into the reason, bounded."""
+    if fidelity not in FIDELITY_WORDS:
+        fidelity = FIDELITY_UNAVAILABLE  # a word this judge does not know proves nothing
+    detail = fidelity_detail[:MAX_FIDELITY_DETAIL]
     ref = plan.reference
     ref_tps = ref.tok_s if ref is not None else None
     ref_ttft = ref.ttft_s if ref is not None else None
@@ -82,8 +108,13 @@ def judge(plan: CanaryPlan, tok_s: float | None, ttft_s: float | None,
         return Verdict(promote, reason, tok_s, ttft_s, ref_tps, ref_ttft, tps_ratio, ttft_ratio,
                        fidelity)
 
-    if fidelity == "fail":
-        return verdict(False, "the candidate's answers differ from the current release's (fidelity)")
+    if fidelity == FIDELITY_FAIL:
+        return verdict(False, "fidelity: the candidate's answers differ from the model's reference"
+                              f"{': ' + detail if detail else ''}")
+    if fidelity == FIDELITY_UNAVAILABLE:
+        return verdict(False, "fidelity: the candidate's sample could not be taken"
+                              f"{' (' + detail + ')' if detail else ''}, so it cannot show that its "
+                              "answers match the model's reference")
     if ref_tps is None:
         return verdict(True, f"no tok/s of SGLang {plan.current} is remembered to compare with: "
                              "promoted on a successful start alone")

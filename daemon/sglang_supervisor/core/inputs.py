@@ -98,9 +98,11 @@ class TimerFired:
 class ProbeOk:
     tok_s: float | None
     ttft_s: float | None = None
-    # The upgrade canary's fidelity hook (core/canary.py): "pass"/"fail" once a check compares
-    # the candidate's answers with the current release's; until then "not_checked".
+    # An upgrade canary's fidelity (core/canary.py): the ready gate's check of the candidate
+    # against the model's reference, "pass", "fail", "unavailable" or "not_checked", and what
+    # differed (or why no sample), bounded. Outside a canary a mismatch is `FidelityFailed`.
     fidelity: str = FIDELITY_NOT_CHECKED
+    fidelity_detail: str = ""
 
 
 @dataclass(frozen=True)

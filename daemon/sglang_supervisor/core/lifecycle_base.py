@@ -90,6 +90,11 @@ class LifecycleBase:
         return self._rollback[0] if self._rollback is not None else None
 
     @property
+    def canary(self) -> CanaryPlan | None:
+        """The upgrade canary under way (its candidate not judged yet), or None."""
+        return self._canary
+
+    @property
     def attempt(self) -> int:
         """The number of the current (or last) launch; 0 before the first."""
         return self.cur.number

@@ -16,7 +16,7 @@ from sglang_supervisor.core.actions import (
     RunReadyProbe,
     SetTimer,
 )
-from sglang_supervisor.core.canary import judge
+from sglang_supervisor.core.canary import FIDELITY_FAIL, judge, mismatch_detail
 from sglang_supervisor.core.events import (
     CaptureBegan,
     CaptureEnded,
@@ -189,16 +189,11 @@ class StartingLifecycle(LifecycleBase):
             rec.outcome = Outcome.READY
         acts: list[Action] = [*self._cancel_timers()]
         if self._canary is not None:
-            plan = self._canary
-            verdict = judge(plan, inp.tok_s, inp.ttft_s, inp.fidelity)
-            acts.append(CanaryJudged(self.profile or "", plan, verdict))
-            acts.append(Log("upgrade.verdict", "info" if verdict.promote else "error", {
-                "profile": self.profile, "current": plan.current, "candidate": plan.candidate,
-                **verdict.to_json()}))
-            if not verdict.promote and self._rollback is not None:
-                self._canary_reason = verdict.reason  # _roll_back clears the canary
-                return acts + self._stop(StopReason.CANARY)
-            self._canary = None
+            judged, stopped = self._judge_canary(inp.tok_s, inp.ttft_s, inp.fidelity,
+                                                 inp.fidelity_detail)
+            if stopped:
+                return acts + judged  # the candidate stops; the current release comes back
+            acts += judged
         # No STATUS= of its own: READY=1 carries the status in the same datagram, so systemd
         # never shows "ready" while the unit is still activating.
         acts += [a for a in self._set_phase(Phase.READY, now) if not isinstance(a, NotifyStatus)]
@@ -217,14 +212,37 @@ class StartingLifecycle(LifecycleBase):
         self.ready_sent = True
         return acts + self._set_phase(Phase.SERVING, now)
 
+    def _judge_canary(self, tok_s: float | None, ttft_s: float | None, fidelity: str,
+                      fidelity_detail: str) -> tuple[list[Action], bool]:
+        """The candidate's verdict (core/canary.judge), and whether it was stopped: a rejected
+        one is, for the rollback (StopReason.CANARY: nothing is marked bad, no rung is walked)."""
+        plan = self._canary
+        assert plan is not None
+        verdict = judge(plan, tok_s, ttft_s, fidelity, fidelity_detail)
+        acts: list[Action] = [
+            CanaryJudged(self.profile or "", plan, verdict),
+            Log("upgrade.verdict", "info" if verdict.promote else "error", {
+                "profile": self.profile, "current": plan.current, "candidate": plan.candidate,
+                **verdict.to_json()})]
+        if not verdict.promote and self._rollback is not None:
+            self._canary_reason = verdict.reason  # _roll_back clears the canary
+            return acts + self._stop(StopReason.CANARY), True
+        self._canary = None
+        return acts, False
+
     def _on_fidelity_failed(self, inp: FidelityFailed, now: float) -> list[Action]:
         """Outputs that disagree with the reference: the start (or the serving engine) failed
-        with `output_mismatch`, deterministic for its command; the ladder moves on."""
+        with `output_mismatch`, deterministic for its command; the ladder moves on. At an
+        upgrade canary's ready gate it is the candidate that failed: rejected and rolled back,
+        the profile (fine on the current release) is not blamed."""
         cur = self.cur
         gate = cur.probing and self.phase in STARTING_PHASES
         if cur.stopping or not (gate or self.phase in UP_PHASES):
             return []  # a stop is under way and decides, or this attempt is over
         cur.probing = False
+        if gate and self._canary is not None and self._rollback is not None:
+            return self._judge_canary(None, None, FIDELITY_FAIL, mismatch_detail(
+                inp.reason, inp.detail, inp.prompt, inp.expected, inp.received))[0]
         message = f"output mismatch ({inp.reason}): {inp.detail}"
         cur.failures.append(EngineFailed(line_no=0, rank=None, failure=FailureClass.OUTPUT_MISMATCH,
                                          message=message[:500]))

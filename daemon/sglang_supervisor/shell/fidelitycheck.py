@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import structlog
 
+from sglang_supervisor.core import canary as C
 from sglang_supervisor.core import fidelity as F
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.inputs import FidelityFailed, ProbeFailed
@@ -103,6 +104,41 @@ class FidelityChecker:
         if accept is not None and accept > 1.0 and profile not in ref.accept:
             self.store.with_accept(ref, profile, accept)  # this profile's own, on these weights
         return None
+
+    async def canary_check(self, profile: str, accept: float | None) -> tuple[str, str]:
+        """An upgrade candidate's check at its ready gate: (core/canary's fidelity word, what
+        differed or why not checked). The reference key is model, tokenizer and dtype, not the
+        release: the reference the current release took judges the candidate. A candidate never
+        takes a reference (it would judge itself), and a sample it cannot give is tried once
+        more, then `unavailable`, which the canary rejects."""
+        sup = self.sup
+        client = sup.client
+        if not self.enabled or client is None:
+            return C.FIDELITY_NOT_CHECKED, "fidelity is disabled (fidelity.enabled)"
+        fs = sup.config.fidelity
+        ref = self.store.load(self.key(profile))
+        if ref is None:
+            self._no_reference(profile)
+            return C.FIDELITY_NOT_CHECKED, "no fidelity reference for this model yet"
+        problem = ""
+        for attempt in (1, 2):
+            try:
+                got = await take_sample(client, sup.base_url, sup.prep.api_key, fs.timeout_s, accept)
+            except SampleUnavailable as exc:
+                sup.metrics.fidelity_check("unavailable")
+                log.warning("fidelity.unavailable", profile=profile, problem=exc.problem.value,
+                            detail=exc.detail, canary=True, attempt=attempt)
+                problem = exc.detail
+                continue
+            secrets = [sup.prep.api_key] if sup.prep.api_key else []
+            verdict = F.judge(ref.sample, got, tolerance_of(fs), baseline_accept=ref.accept.get(profile),
+                              secrets=secrets)
+            self._record(profile, verdict, ref)
+            if verdict.ok:
+                return C.FIDELITY_PASSED, ""
+            return C.FIDELITY_FAIL, C.mismatch_detail(verdict.reason, verdict.detail, verdict.prompt,
+                                                      verdict.expected, verdict.received)
+        return C.FIDELITY_UNAVAILABLE, f"two samples failed, the last: {problem}"[:C.MAX_FIDELITY_DETAIL]
 
     def _no_reference(self, profile: str) -> None:
         sup = self.sup

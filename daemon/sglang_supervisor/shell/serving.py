@@ -167,6 +167,9 @@ class Serving:
                                     error=result.error if result else None,
                                     timed_out=bool(result and result.timed_out),
                                     now=time.monotonic(), deadline=deadline)
+            if step.step is ReadyStep.READY and result is not None and sup.lifecycle.canary is not None:
+                await self._canary_gate(attempt, profile, monitor, result)
+                return
             if step.step is ReadyStep.READY and result is not None:
                 # The outputs must agree with the model's reference before READY=1 (fidelity).
                 verdict = await sup.fidelity.check(profile, result.spec_accept_length, at_ready=True) \
@@ -188,6 +191,19 @@ class Serving:
         await monitor.aclose()
         if sup.lifecycle.attempt == attempt:
             sup.feed(ProbeFailed(last_error, hung=hung))
+
+    async def _canary_gate(self, attempt: int, profile: str, monitor: ThroughputMonitor,
+                           result: ProbeResult) -> None:
+        """An upgrade candidate's ready gate: its fidelity against the model's reference goes
+        with its numbers to the canary's verdict (core/canary.judge), which promotes it or rolls
+        it back; a mismatch here rejects the candidate, never the profile."""
+        sup = self.sup
+        word, detail = await sup.fidelity.canary_check(profile, result.spec_accept_length)
+        if sup.lifecycle.attempt == attempt and not monitor.stopped:
+            self.monitor = monitor
+            sup.feed(ProbeOk(result.decode_tps, result.ttft_s, word, detail))
+        else:
+            await monitor.aclose()
 
     async def group_members_ready(self, attempt: int) -> bool:
         """READY waits for every worker node's captures (the leader's own ended already)."""

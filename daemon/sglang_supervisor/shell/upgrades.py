@@ -377,4 +377,6 @@ class Upgrades:
                     "current": self.pending.current, "candidate": self.pending.candidate,
                     "python": self.pending.python},
                 "in_place": self.book.get("in_place"), "promoted": self.book.get("promoted"),
-                "last_verdict": last, "releases": len(self.book["releases"])}
+                "last_verdict": last, "releases": len(self.book["releases"]),
+                # the last candidate's answers against the model's fidelity reference
+                "fidelity": last.get("fidelity") if last else None}

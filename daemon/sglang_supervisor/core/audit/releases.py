@@ -14,6 +14,19 @@ def _s(v: object) -> str:
     return v if isinstance(v, str) else "?"
 
 
+_FIX = ("fix the cause (upgrade --check shows the profiles), then sglang-supervisor upgrade "
+        "--config FILE --retry; a changed venv is tried again by the next reload")
+_FIDELITY_FIX = {
+    "fail": "the candidate's outputs differ from the model's fidelity reference (taken on the "
+            "current release): check the candidate's kernels and dtype before another trial; "
+            "only if the reference itself is wrong, re-take it with sglang-supervisor fidelity "
+            "--config FILE --reset, then sglang-supervisor upgrade --config FILE --retry",
+    "unavailable": "the candidate could not answer the fidelity sample (twice): check its "
+                   "journal and fidelity.timeout_s, then sglang-supervisor upgrade --config FILE "
+                   "--retry",
+}
+
+
 def release_findings(book: Mapping[str, Any], candidate_python: str | None) -> list[Finding]:
     """The release memory as findings; `book` is the file's cleaned content (shell/upgrades)."""
     out: list[Finding] = []
@@ -55,7 +68,6 @@ def release_findings(book: Mapping[str, Any], candidate_python: str | None) -> l
             f"the last upgrade candidate SGLang {_s(last.get('version'))} was "
             f"{_s(last.get('verdict')).replace('_', ' ')}",
             _s(last.get("reason"))[:300],
-            "fix the cause (upgrade --check shows the profiles), then sglang-supervisor upgrade "
-            "--config FILE --retry; a changed venv is tried again by the next reload",
+            _FIDELITY_FIX.get(_s(last.get("fidelity")), _FIX),
             "upgrade.last_verdict"))
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import socket
@@ -544,3 +545,16 @@ def test_engine_lines_nowait_drop_without_a_background_writer_and_pass_with_one(
     assert buf.getvalue() == "<6>engine.output source=engine text=\"it goes\"\n"
     assert logsetup.dropped_lines() == 0
     assert not logsetup.background_logging()  # after shutdown_logging: written directly again
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(), rank=st.none() | st.text(max_size=8), priority=st.sampled_from([0, 3, 4, 5, 6, 7, 9]))
+def test_engine_json_lines_are_what_json_dumps_writes(text: str, rank: str | None, priority: int) -> None:
+    """The JSON engine line is built from parts (cheaper); it must stay json.dumps of the record."""
+    stamp = "2026-12-03T07:00:00.123456Z"
+    record: dict[str, object] = {"event": "engine.output", "source": "engine", "text": text}
+    if rank is not None:
+        record["rank"] = rank
+    record["level"] = logging.getLevelName(logsetup._PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
+    record["timestamp"] = stamp
+    assert logsetup._json_line(text, rank, priority, stamp) == json.dumps(record, ensure_ascii=False)

@@ -73,14 +73,18 @@ FORWARD_QUEUE_BYTES = 4 << 20
 HAND_OVER_EVERY_S = 0.1
 _PASSIVE = (DecodeStats, PrefillStats)
 # A serving engine that writes a little, often (SGLang flushes each log record: stat lines, access
-# lines) is read at most every COALESCE_S: one wake-up, one file write and one hand-over per pause,
-# not one per write. Only once the engine said it is ready (ServerReady passed through the pump):
-# up to then each read goes at once, so the startup's events (capture, ready) are never held. Then
-# output after a quiet spell is still read at once (a lone crash line is never held); one amid the
-# chatter waits COALESCE_S at most, inside HAND_OVER_EVERY_S. A read of a quarter of READ_SIZE or
-# more is never paused on, and only pipes the kernel let us widen to PIPE_BYTES are paused on at
-# all: the engine must never find its pipe full.
-COALESCE_S = 0.05
+# lines) is read at most every COALESCE_S: one wake-up, one file write and one hand-over per pause
+# (what a pause gathered is handed over with its read, so HAND_OVER_EVERY_S never splits a pause
+# in two), not one per write. Only once the engine said it is ready (ServerReady passed through the
+# pump): up to then each read goes at once, so the startup's events (capture, ready) are never held.
+# Then output after a quiet spell is still read at once (a lone crash line is never held); one amid
+# the chatter waits COALESCE_S at most: HAND_OVER_EVERY_S less a margin for the read, its parse and
+# the hand-over (a paced round of 1000 lines/s is ~80 lines: well under a millisecond of work).
+# Each round wakes the reader, writes the file and stats it, so fewer rounds are most of what
+# pacing saves (issue 26: 0.05 s cost ~0.2 % of a core more than this at 1000 lines/s). A read of
+# a quarter of READ_SIZE or more is never paused on, and only pipes the kernel let us widen to
+# PIPE_BYTES are paused on at all: the engine must never find its pipe full.
+COALESCE_S = 0.08
 COALESCE_MIN_PIPE = 256 << 10
 # forward_inline gets the lines with each hand-over to the loop, or this many at once under a flood
 # (the log writer then writes them at once instead of gathering a trickle itself).
@@ -376,7 +380,8 @@ class EngineLogPump:
 
     `on_output(events)` runs on `loop` for output of either (even with no events: any output
     resets the stall timer): at once for a read with an event other than stat lines, else at most
-    every HAND_OVER_EVERY_S with everything read since, in order; `on_eof()` runs on `loop` after
+    every HAND_OVER_EVERY_S (or with each paced read, COALESCE_S apart) with everything read
+    since, in order; `on_eof()` runs on `loop` after
     the last read of both, and after the last `on_output`. Forwarded lines
     go, in order, to `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)`
     once per line; both run on the pump's forwarding thread, never on the reader. Or they go to
@@ -454,6 +459,7 @@ class EngineLogPump:
         self._serving = False  # ServerReady passed: from now on a chatty engine is read in batches
         self._wake_fd = wake_fd  # readable: the engine is ending, pause no more (the pump closes it)
         self._pause: selectors.BaseSelector | None = None
+        self._paced = False  # the last round's reads came out of a coalescing pause
 
     def start(self) -> None:
         if self._forwarding and self._forward_inline is None:
@@ -513,7 +519,8 @@ class EngineLogPump:
                     self._pace(got)
                     if self._mux.holding():
                         self._log.write(self._mux.idle(self._clock()))
-                    if self._holding and self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S:
+                    if self._holding and (self._paced
+                                          or self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S):
                         self._hand_over()
         finally:
             if self._holding:
@@ -533,7 +540,9 @@ class EngineLogPump:
 
     def _select(self, sel: selectors.BaseSelector) -> list[tuple[selectors.SelectorKey, int]]:
         """The streams with output (or EOF). A chatty engine (see `_pace`) is let write for up
-        to COALESCE_S first, so that one wake-up reads what several of its writes brought."""
+        to COALESCE_S first, so that one wake-up reads what several of its writes brought; what
+        such a round read is handed over with it (`_paced`)."""
+        self._paced = False
         if self._chatty:
             wait = self._wait()
             pause = COALESCE_S if wait is None else min(COALESCE_S, wait)
@@ -543,6 +552,7 @@ class EngineLogPump:
                 self._coalesce_below = 0
             ready = sel.select(0)
             if ready:
+                self._paced = True
                 return ready
             self._chatty = False  # it went quiet: the next output is read the moment it comes
         return sel.select(self._wait())

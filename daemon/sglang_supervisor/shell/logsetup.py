@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import IO, Any, Literal
 
 import structlog
@@ -634,12 +635,7 @@ def _other_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) ->
         text = _engine_text(raw, sink)
         rank = sink.redact(raw_rank) if raw_rank is not None and sink.redactions else raw_rank
         if _state.fmt == "json":
-            record: dict[str, object] = {"event": "engine.output", "source": "engine", "text": text}
-            if rank is not None:
-                record["rank"] = rank
-            record["level"] = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
-            record["timestamp"] = stamp  # as structlog's TimeStamper
-            items.append(json.dumps(record, ensure_ascii=False))
+            items.append(_json_line(text, rank, priority, stamp))
         else:
             label = "engine" if rank is None else f"engine {rank}"
             line = f"[{label}] {_escape_controls(text)}"
@@ -648,6 +644,27 @@ def _other_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) ->
                 line = f"{color}{line}\x1b[0m"
             items.append(line)
     return items
+
+
+# json.dumps(record, ensure_ascii=False) of the record below, with its constant parts built once:
+# the dict and the encoder's walk of it were most of the cost of forwarding a line as JSON. The
+# strings go through the encoder's own string encoder, so the line is the same, byte for byte
+# (tests/unit/test_logsetup.py compares the two).
+_JSON_HEAD = '{"event": "engine.output", "source": "engine", "text": '
+_json_tails: dict[tuple[int, str | None], str] = {}
+
+
+def _json_line(text: str, rank: str | None, priority: int, stamp: str) -> str:
+    """One engine line as the JSON record {event, source, text, [rank], level, timestamp}."""
+    tail = _json_tails.get((priority, rank))
+    if tail is None:
+        level = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
+        rank_part = "" if rank is None else f', "rank": {encode_basestring(rank)}'
+        tail = f'{rank_part}, "level": {encode_basestring(level)}, "timestamp": '
+        if len(_json_tails) > 1000:  # ranks are few; this only bounds a caller that invents them
+            _json_tails.clear()
+        _json_tails[(priority, rank)] = tail
+    return f"{_JSON_HEAD}{encode_basestring(text)}{tail}{encode_basestring(stamp)}}}"
 
 
 def _journal_message(text: str) -> bytes:

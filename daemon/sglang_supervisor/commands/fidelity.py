@@ -17,14 +17,11 @@ from typing import Any
 
 import httpx
 
-from sglang_supervisor.commands.doctor import port_busy, quiet_logging
-from sglang_supervisor.commands.tune import tune_profile
+from sglang_supervisor.commands.doctor import port_busy
+from sglang_supervisor.commands.tune import load_prepared, tune_profile
 from sglang_supervisor.core import fidelity as F
-from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import state
-from sglang_supervisor.shell.configfile import load_config
 from sglang_supervisor.shell.fidelity import (
     Reference,
     ReferenceStore,
@@ -33,7 +30,7 @@ from sglang_supervisor.shell.fidelity import (
     key_for,
     take_sample,
 )
-from sglang_supervisor.shell.supervisor import Prepared, prepare
+from sglang_supervisor.shell.supervisor import Prepared
 
 
 def describe(ref: Reference | None, key: str, store: ReferenceStore,
@@ -92,14 +89,10 @@ async def retake(prepared: Prepared, profile: str, key: str, store: ReferenceSto
 
 
 def main(args: argparse.Namespace) -> int:
-    quiet_logging()
-    try:
-        config = load_config(args.config)
-        version = detect_engine_version(config)
-        prepared = prepare(config, version)
-    except ConfigError as e:
-        print(e.report(), file=sys.stderr)
+    prepared = load_prepared(args.config)
+    if prepared is None:
         return ExitCode.CONFIG
+    config = prepared.config
     profile = F.reference_profile(config.profile_names, config.fidelity.reference_profile)
     key = key_for(config.engine.model_path, prepared.renders[profile].argv)
     store = ReferenceStore(config.state_dir)

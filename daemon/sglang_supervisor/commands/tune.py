@@ -398,15 +398,23 @@ def _progress_printer() -> Progress:
     return show
 
 
-def main(args: argparse.Namespace) -> int:
+def load_prepared(path: str) -> Prepared | None:
+    """The config at `path` rendered for the installed release, or None with the problems
+    printed (tune and fidelity start engines from it; exit 78 is the caller's)."""
     quiet_logging()
     try:
-        config = load_config(args.config)
-        version = detect_engine_version(config)
-        prepared = prepare(config, version)
+        config = load_config(path)
+        return prepare(config, detect_engine_version(config))
     except ConfigError as e:
         print(e.report(), file=sys.stderr)
+        return None
+
+
+def main(args: argparse.Namespace) -> int:
+    prepared = load_prepared(args.config)
+    if prepared is None:
         return ExitCode.CONFIG
+    config, version = prepared.config, prepared.version
     names = [n.strip() for n in (args.profiles or "").split(",") if n.strip()] or config.profile_names
     unknown = [n for n in names if n not in config.profile_names]
     if unknown:

@@ -56,5 +56,27 @@ def test_a_kernel_build_failing_while_a_graph_is_captured_is_that_graphs_failure
     assert [f.failure for f in failures([begin, no_cc])] == [FailureClass.ENVIRONMENT]
 
 
+def test_a_kernel_build_failing_before_its_own_ranks_capture_is_the_hosts() -> None:
+    """Under TP the ranks start apart: on a busy host TP1 may begin its prefill capture while TP0,
+    still loading, fails its kernel build before any capture of its own. That is the host's
+    toolchain (exit 78, no ladder), not TP1's graph (the flaky env:jit-build integration run)."""
+    other = ("[2026-12-03 06:00:00 TP1] Capture target prefill CUDA graph begin. backend=breakable, "
+             "num_tokens=[4, 8], avail mem=11.40 GB")
+    lines = [
+        "[2026-12-03 06:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/usr/lib/python3/site-packages/sglang/srt/managers/scheduler.py", line 985, in '
+        "init_model_worker",
+        "    self.init_all_cuda_graphs()",
+        "RuntimeError: Error building extension 'sgl_kernel_jit_norm'",
+        "",
+        "[2026-12-03 06:00:01] Received sigquit from a child process. It usually means the child failed.",
+    ]
+    found = failures([other, *lines])
+    assert found and {f.failure for f in found} == {FailureClass.ENVIRONMENT}, found
+    # The same build failing on the rank that is capturing stays that capture's failure.
+    own = other.replace(" TP1]", " TP0]")
+    assert FailureClass.ENVIRONMENT not in {f.failure for f in failures([own, *lines])}
+
+
 def test_the_ninja_fix_stays_the_default() -> None:
     assert "pip install ninja" in P.environment_fix("RuntimeError: Ninja is required to load C++ extensions")

@@ -463,14 +463,21 @@ class LogParser:
     def _refine(self, cls: FailureClass, message: str, block: _Block | None) -> FailureClass:
         """Use where we are (capturing? warming up?) and what the traceback showed."""
         oom = any(w in message for w in P.OOM_WORDS) or (block is not None and block.oom)
-        capturing = self._capturing.get(block.rank if block else None)
+        rank = block.rank if block else None
+        own = self._capturing.get(rank)
+        capturing = own
         if capturing is None and self._capturing:
             capturing = next(iter(self._capturing.values()))
         draft = (capturing is not None and capturing.owner == "draft") or (
             block is not None and block.draft_frames and block.capture_frames
         )
         in_capture = capturing is not None or (block is not None and block.capture_frames)
-        if cls is FailureClass.ENVIRONMENT and capturing is not None and any(
+        # The JIT rule asks whether the failing rank itself was capturing: under TP the ranks
+        # start apart, and a rank that fails its kernel build before any capture of its own is
+        # the host's toolchain even while a faster rank has begun capturing (a slow weight load
+        # on a busy host used to turn that into capture_failed and walk the ladder).
+        jit_capture = own if rank is not None else capturing
+        if cls is FailureClass.ENVIRONMENT and jit_capture is not None and any(
                 k in message for k in P.JIT_BUILD_FAILED):
             # A kernel build that fails while a graph is captured may be that graph's kernel
             # (a profile's choice); before any capture it is the host's toolchain.

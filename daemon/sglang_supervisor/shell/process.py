@@ -237,6 +237,9 @@ class EngineProcess:
             members = group_members(self.pgid) + [
                 Leftover(e.pid, e.name) for e in self.family.escapees()]
             if not members:
+                # One that died since the reap above is a zombie now (not a member): ours to
+                # collect before the next engine starts, not at some later scan.
+                self.family.reap()
                 return []
             if time.monotonic() >= deadline:
                 return members

@@ -21,6 +21,7 @@ from sglang_supervisor.commands.doctor import port_busy
 from sglang_supervisor.commands.tune import load_prepared, tune_profile
 from sglang_supervisor.core import fidelity as F
 from sglang_supervisor.core.exitcodes import ExitCode
+from sglang_supervisor.core.profiles import RenderedCommand
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.fidelity import (
     Reference,
@@ -65,13 +66,13 @@ async def retake(prepared: Prepared, profile: str, key: str, store: ReferenceSto
     config = prepared.config
     taken: list[Reference] = []
 
-    async def take(name: str, base_url: str, accept: float | None) -> tuple[str, str] | None:
+    async def take(name: str, rc: RenderedCommand, base_url: str,
+                   accept: float | None) -> tuple[str, str] | None:
         async with httpx.AsyncClient() as client:
             try:
                 got = await take_sample(client, base_url, prepared.api_key, config.fidelity.timeout_s)
             except SampleUnavailable as exc:
                 return "probe_failed", f"fidelity sample: {exc.detail}"
-        rc = prepared.renders[name]
         ref = Reference(key=key, sample=got, profile=name, version=prepared.version,
                         command_hash=state.command_hash(rc.argv, rc.env), model=config.engine.model_path,
                         dtype=dtype_of(rc.argv), taken_at=time.time(), accept={})

@@ -300,7 +300,7 @@ async def tune_profile(prepared: Prepared, name: str, rounds: int, progress: Pro
             )
         median = statistics.median(tps)
         spread = (max(tps) - min(tps)) / median if median else None
-        verdict = await after_ready(name, f"http://{host}:{config.engine.port}",
+        verdict = await after_ready(name, rc, f"http://{host}:{config.engine.port}",
                                     report.median("spec_accept_length")) if after_ready else None
         if verdict is not None:  # a profile that fails fidelity is never ranked, whatever its tok/s
             progress(f"{name}: {verdict[0]} ({verdict[1][:200]}); not ranked ({median:.1f} tok/s)")

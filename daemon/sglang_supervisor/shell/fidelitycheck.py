@@ -24,6 +24,7 @@ from sglang_supervisor.core import fidelity as F
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.inputs import FidelityFailed, ProbeFailed
 from sglang_supervisor.core.phases import UP_PHASES
+from sglang_supervisor.core.profiles import RenderedCommand
 from sglang_supervisor.shell import state
 from sglang_supervisor.shell.fidelity import (
     Reference,
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger("sglang_supervisor")
 
 
-# What `tune` runs once a trial is ready and probed: (profile, engine URL, its accept length) ->
-# None, or (failure, detail) when the profile must not be ranked.
-AfterReady = Callable[[str, str, float | None], Awaitable[tuple[str, str] | None]]
+# What `tune` runs once a trial is ready and probed: (profile, its command (a derived profile's is
+# not among the prepared renders), engine URL, its accept length) -> None, or (failure, detail)
+# when the profile must not be ranked.
+AfterReady = Callable[[str, RenderedCommand, str, float | None], Awaitable[tuple[str, str] | None]]
 
 
 def tolerance_of(settings: Any) -> F.Tolerance:
@@ -233,8 +235,9 @@ def tune_check(prepared: Prepared) -> AfterReady | None:
         return None
     store = ReferenceStore(config.state_dir)
 
-    async def check(name: str, base_url: str, accept: float | None) -> tuple[str, str] | None:
-        ref = store.load(key_for(config.engine.model_path, prepared.renders[name].argv))
+    async def check(name: str, rc: RenderedCommand, base_url: str,
+                    accept: float | None) -> tuple[str, str] | None:
+        ref = store.load(key_for(config.engine.model_path, rc.argv))
         if ref is None:
             return None
         async with httpx.AsyncClient() as client:

@@ -55,6 +55,13 @@ def count_or_none(value: object) -> int | None:
     return None
 
 
+def finite_or_none(value: object) -> float | None:
+    """A JSON number that is one (not a bool, not inf/nan), as float; else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
     running: int
@@ -182,10 +189,7 @@ def parse_generated(body: object) -> Generated | None:
     if any(i is None for i in out):
         return None
     meta = body.get("meta_info")
-    accept = meta.get("spec_accept_length") if isinstance(meta, Mapping) else None
-    spec: float | None = None
-    if isinstance(accept, int | float) and not isinstance(accept, bool) and math.isfinite(accept):
-        spec = float(accept)
+    spec = finite_or_none(meta.get("spec_accept_length")) if isinstance(meta, Mapping) else None
     return Generated(text, tuple(i for i in out if i is not None), spec)
 
 
@@ -205,11 +209,9 @@ def parse_input_logprobs(body: object) -> tuple[tuple[int, ...], tuple[float | N
         lp, tid = row[0], count_or_none(row[1])
         if tid is None:
             return None
-        if lp is None:
-            lps.append(None)
-        elif isinstance(lp, int | float) and not isinstance(lp, bool) and math.isfinite(lp):
-            lps.append(float(lp))
-        else:
+        value = finite_or_none(lp)
+        if value is None and lp is not None:
             return None
+        lps.append(value)
         ids.append(tid)
     return tuple(ids), tuple(lps)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from common import ROOT, Dist, Row, Section, fmt_dist
 
-from sglang_supervisor.shell import logsetup
-from sglang_supervisor.shell.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.shell.engineproc.enginelog import EngineLogPump, RotatingByteLog
+from sglang_supervisor.shell.telemetry import logsetup
 
 FIXTURES = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200"
 

@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 from common import Dist, Row, Section, fmt_dist
 
-from sglang_supervisor.shell.configfile import default_demo_config_path
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.engineproc.process import group_members
+from sglang_supervisor.shell.files.configfile import default_demo_config_path
 
 HERE = Path(__file__).resolve().parent
 TIME_SCALE = "0.02"

@@ -16,8 +16,8 @@ import httpx
 from common import Dist, Row, Section, fmt_dist
 from lifecycle import free_port
 
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.probe import make_shape, probe_once
+from sglang_supervisor.shell.checks.probe import make_shape, probe_once
+from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.simulator import throughput
 
 ROOT = Path(__file__).resolve().parent.parent

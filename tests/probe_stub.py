@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sglang_supervisor.shell.metrics import MetricsServer, SupervisorMetrics
+from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorMetrics
 
 
 class StubEngine:

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_supervisor.shell.configfile import default_demo_config_path
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.engineproc.process import group_members
+from sglang_supervisor.shell.files.configfile import default_demo_config_path
 
 TIME_SCALE = "0.02"
 DEADLINE_S = 90.0

@@ -951,8 +951,8 @@ class E2E:
                     log_name: str | None = None, runs: int | None = None) -> dict[str, Any]:
         """The same argv and environment the supervisor renders, started by hand."""
         from sglang_supervisor.core.profiles import default_secret_config_path, render
-        from sglang_supervisor.shell.apikey import read_api_key
-        from sglang_supervisor.shell.configfile import parse_checked
+        from sglang_supervisor.shell.engineproc.apikey import read_api_key
+        from sglang_supervisor.shell.files.configfile import parse_checked
         cfg = json.loads(json.dumps(cfg))
         port = free_port()
         cfg["engine"]["port"] = port
@@ -1205,7 +1205,7 @@ class E2E:
                                     drop=self.seed_drop())
         numbers: dict[str, Any] = {"model_made": made, "adaptations": seedshape.adaptations(cfg)}
         from sglang_supervisor.core.profiles import REDACTED, default_secret_config_path, render
-        from sglang_supervisor.shell.configfile import parse_checked
+        from sglang_supervisor.shell.files.configfile import parse_checked
         parsed = parse_checked(yaml.safe_dump(cfg), "seed.yaml")
         secret_path = default_secret_config_path(parsed, os.environ)
         numbers["rendered"] = {p.name: render(parsed, p.name, SGLANG_VERSION, python=self.o.engine_python,

@@ -14,7 +14,7 @@ from sglang_supervisor.engine import migrate
 from sglang_supervisor.engine import sglang as engine
 from sglang_supervisor.engine.argv import ALIASES
 from sglang_supervisor.engine.detect import is_simulator
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.files.configfile import load_config
 
 pytestmark = pytest.mark.compat
 

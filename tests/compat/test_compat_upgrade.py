@@ -14,7 +14,7 @@ import pytest
 from sglang_supervisor.core.upgradeplan import plan_upgrade
 from sglang_supervisor.engine.detect import is_simulator
 from sglang_supervisor.shell import reloadcheck
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.upgradecheck import check_candidate
 
 pytestmark = pytest.mark.compat

@@ -22,7 +22,12 @@ from sglang_supervisor.core.events import (
     TracebackLine,
 )
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
-from sglang_supervisor.shell.enginelog import PRIORITY_ERROR, PRIORITY_INFO, EngineLogPump, RotatingByteLog
+from sglang_supervisor.shell.engineproc.enginelog import (
+    PRIORITY_ERROR,
+    PRIORITY_INFO,
+    EngineLogPump,
+    RotatingByteLog,
+)
 from sglang_supervisor.simulator import reqlog
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.engineproc.process import group_members
 from supervised import DEADLINE_S, Daemon, start
 from supervised import base_config as config
 

@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 from sglang_supervisor.commands import doctor
-from sglang_supervisor.shell.enginehttp import EngineAnswerError, Problem, fetch_json
-from sglang_supervisor.shell.probe import check_health, probe_once, read_engine_metrics, read_get_load
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.checks.enginehttp import EngineAnswerError, Problem, fetch_json
+from sglang_supervisor.shell.checks.probe import check_health, probe_once, read_engine_metrics, read_get_load
+from sglang_supervisor.shell.engineproc.process import group_members
 from supervised import TIME_SCALE, Daemon, base_config, fault_first_profile, free_port
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.group import Report
 from sglang_supervisor.core.linkauth import AUTH_HEADER
-from sglang_supervisor.shell.grouplink import stamp_now
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.engineproc.process import group_members
+from sglang_supervisor.shell.links.grouplink import stamp_now
 from supervised import Daemon, base_config, free_port, start
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ import pytest
 
 from probe_stub import StubEngine
 from sglang_supervisor.core.regression import Explained, Reason, RestartSame
-from sglang_supervisor.shell.gpu import Nvml
-from sglang_supervisor.shell.metrics import SupervisorMetrics
-from sglang_supervisor.shell.monitor import ThroughputMonitor
-from sglang_supervisor.shell.probe import make_shape, probe_many
+from sglang_supervisor.shell.checks.monitor import ThroughputMonitor
+from sglang_supervisor.shell.checks.probe import make_shape, probe_many
+from sglang_supervisor.shell.telemetry.gpu import Nvml
+from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import pytest
 
 from probe_stub import StubEngine
 from prometheus_server import aquery, prometheus
-from sglang_supervisor.shell.gpu import Nvml
-from sglang_supervisor.shell.metrics import MetricsServer, SupervisorMetrics
-from sglang_supervisor.shell.monitor import ThroughputMonitor
+from sglang_supervisor.shell.checks.monitor import ThroughputMonitor
+from sglang_supervisor.shell.telemetry.gpu import Nvml
+from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorMetrics
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.engineproc.process import group_members
 from supervised import (
     DEADLINE_S,
     Daemon,

@@ -20,7 +20,7 @@ from sglang_supervisor.core.events import (
     FailureClass,
     ServerReady,
 )
-from sglang_supervisor.shell.enginelog import (
+from sglang_supervisor.shell.engineproc.enginelog import (
     HAND_OVER_EVERY_S,
     PRIORITY_ERROR,
     PRIORITY_INFO,

@@ -19,7 +19,7 @@ from sglang_supervisor.core.config import parse_config
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.inputs import Input, Launched
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell.process import group_members
+from sglang_supervisor.shell.engineproc.process import group_members
 from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare
 from supervised import DEADLINE_S, base_config
 

@@ -43,7 +43,7 @@ INJECTED_BUG = '''
 """sitecustomize: an injected supervisor bug, raised while the engine starts up."""
 import os
 if os.environ.get("FAULT_SUPERVISOR_BUG") and "sglang_supervisor.simulator" not in " ".join(os.sys.argv):
-    from sglang_supervisor.shell import notify
+    from sglang_supervisor.shell.telemetry import notify
 
     def _broken(self, seconds):
         raise OverflowError("injected supervisor bug")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sglang_supervisor.core.childenv import engine_env
-from sglang_supervisor.shell.process import EngineProcess, group_members
+from sglang_supervisor.shell.engineproc.process import EngineProcess, group_members
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def test_sigkilled_supervisor_leaves_no_orphan(tmp_path: Path) -> None:
     pidfile = tmp_path / "engine.pid"
     parent = textwrap.dedent(f"""
         import os, sys, time
-        from sglang_supervisor.shell.process import EngineProcess
+        from sglang_supervisor.shell.engineproc.process import EngineProcess
         p = EngineProcess.spawn(["sleep", "300"], dict(os.environ))
         open({str(pidfile)!r}, "w").write(str(p.pid))
         time.sleep(300)
@@ -112,7 +112,7 @@ def test_wait_returns_the_exit_code_with_and_without_a_pidfd(monkeypatch: pytest
                                                               pidfd: bool) -> None:
     """wait() sleeps on the leader's pidfd (no wake-up until it exits) and falls back to polling
     where the kernel has none; the exit code is the same either way."""
-    from sglang_supervisor.shell import process
+    from sglang_supervisor.shell.engineproc import process
 
     opened: list[int] = []
     real = process._pidfd

@@ -17,8 +17,8 @@ import yaml
 
 from sglang_supervisor.commands import tune
 from sglang_supervisor.core import failover, wayback
-from sglang_supervisor.shell import state
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.files import state
+from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.supervisor import policy_settings, prepare
 from tiers import require
 

@@ -53,5 +53,5 @@ def test_every_event_name_is_dotted_snake_case() -> None:
 
 
 def test_forwarded_engine_output_is_named_in_the_same_style() -> None:
-    source = (DAEMON / "shell" / "logsetup.py").read_text()
+    source = (DAEMON / "shell" / "telemetry" / "logsetup.py").read_text()
     assert '"EVENT": "engine.output"' in source and "engine_output" not in source

@@ -20,9 +20,9 @@ from sglang_supervisor.core.profiles import (
     detect_engine_version,
     render,
 )
-from sglang_supervisor.shell.apikey import read_api_key
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.groupsecret import read_group_secret
+from sglang_supervisor.shell.engineproc.apikey import read_api_key
+from sglang_supervisor.shell.files.configfile import load_config
+from sglang_supervisor.shell.links.groupsecret import read_group_secret
 
 
 def _problem_json(p: ConfigProblem) -> dict[str, str]:

@@ -26,9 +26,9 @@ import yaml
 from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell.configfile import default_demo_config_path, parse_checked
-from sglang_supervisor.shell.logsetup import configure_logging, shutdown_logging
+from sglang_supervisor.shell.files.configfile import default_demo_config_path, parse_checked
 from sglang_supervisor.shell.supervisor import Options, Supervisor, prepare
+from sglang_supervisor.shell.telemetry.logsetup import configure_logging, shutdown_logging
 from sglang_supervisor.simulator.faults import FaultSpecError, parse_fault
 
 log = structlog.get_logger("sglang_supervisor")

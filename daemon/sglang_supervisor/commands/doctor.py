@@ -46,10 +46,17 @@ from sglang_supervisor.engine.api import (
 from sglang_supervisor.engine.detect import detect_engine_version, engine_interpreter, is_simulator
 from sglang_supervisor.engine.modelinfo import ModelInfo, ModelInfoError, looks_like_hub_id, read_model_dir
 from sglang_supervisor.engine.sglang import known_versions
-from sglang_supervisor.shell import gpu, ports, upgrades
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.enginehttp import MAX_METRICS_BYTES, EngineAnswerError, fetch_sync, parse_json
-from sglang_supervisor.shell.state import remembered_derived
+from sglang_supervisor.shell import upgrades
+from sglang_supervisor.shell.checks.enginehttp import (
+    MAX_METRICS_BYTES,
+    EngineAnswerError,
+    fetch_sync,
+    parse_json,
+)
+from sglang_supervisor.shell.engineproc import ports
+from sglang_supervisor.shell.files.configfile import load_config
+from sglang_supervisor.shell.files.state import remembered_derived
+from sglang_supervisor.shell.telemetry import gpu
 
 VERSION_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
@@ -112,7 +119,7 @@ def port_holder(config: Config, port: int, api_key: str | None) -> str | None:
 
 
 def _api_key_or_none(config: Config) -> str | None:
-    from sglang_supervisor.shell.apikey import read_api_key  # noqa: PLC0415 (doctor's only other use is --url)
+    from sglang_supervisor.shell.engineproc.apikey import read_api_key  # noqa: PLC0415 (doctor's only other use is --url)
 
     try:
         return read_api_key(config.engine)
@@ -500,7 +507,7 @@ def _live(url: str, config: Config | None, report: Report) -> None:
     api_key: str | None = None
     if config is not None:
         try:
-            from sglang_supervisor.shell.apikey import read_api_key  # noqa: PLC0415 (only for --url)
+            from sglang_supervisor.shell.engineproc.apikey import read_api_key  # noqa: PLC0415 (only for --url)
 
             api_key = read_api_key(config.engine)
         except ConfigError:

@@ -22,8 +22,7 @@ from sglang_supervisor.commands.tune import load_prepared, tune_profile
 from sglang_supervisor.core import fidelity as F
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.profiles import RenderedCommand
-from sglang_supervisor.shell import state
-from sglang_supervisor.shell.fidelity import (
+from sglang_supervisor.shell.checks.fidelity import (
     Reference,
     ReferenceStore,
     SampleUnavailable,
@@ -31,6 +30,7 @@ from sglang_supervisor.shell.fidelity import (
     key_for,
     take_sample,
 )
+from sglang_supervisor.shell.files import state
 from sglang_supervisor.shell.supervisor import Prepared
 
 

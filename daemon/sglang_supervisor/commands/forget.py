@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sglang_supervisor.core.config import ConfigError, did_you_mean
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.state import STATE_FILE, StateStore, state_file_name
+from sglang_supervisor.shell.files.configfile import load_config
+from sglang_supervisor.shell.files.state import STATE_FILE, StateStore, state_file_name
 
 
 def _when(at: float) -> str:

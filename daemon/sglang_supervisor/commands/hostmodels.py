@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sglang_supervisor.core.config import Config, ConfigError, ConfigProblem
 from sglang_supervisor.core.hostclash import ModelClaims, claims_of, clashes
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.files.configfile import load_config
 
 # A directory of thousands of files is not a host's models: compare the first ones only.
 MAX_MODELS = 64

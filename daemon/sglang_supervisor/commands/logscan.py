@@ -19,7 +19,7 @@ from sglang_supervisor.core.failover import choose_next
 from sglang_supervisor.core.logruns import Run, scan_runs
 from sglang_supervisor.core.logsummary import LogSummary, summarize
 from sglang_supervisor.engine.sglang import REQUEST_RECORDS_ON_STDOUT
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.files.configfile import load_config
 
 
 def main(args: argparse.Namespace) -> int:

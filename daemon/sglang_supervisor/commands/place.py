@@ -19,7 +19,7 @@ from sglang_supervisor.core.config import MAX_CONFIG_BYTES, ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.hostclash import claimed_ports, claims_of, clashes, free_port, hosts_overlap
 from sglang_supervisor.core.modelcopy import retarget
-from sglang_supervisor.shell.configfile import parse_checked
+from sglang_supervisor.shell.files.configfile import parse_checked
 
 
 def _port_taken(port: int, host: str, others: list[tuple[str, int]]) -> bool:

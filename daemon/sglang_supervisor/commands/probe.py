@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.shell.probe import DEFAULT_SHAPE, ProbeReport, make_shape, probe_many
+from sglang_supervisor.shell.checks.probe import DEFAULT_SHAPE, ProbeReport, make_shape, probe_many
 
 
 def _api_key(args: argparse.Namespace) -> str | None:

@@ -26,8 +26,8 @@ from sglang_supervisor.core.profiles import (
     shell_format,
     with_derived,
 )
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.state import remembered_derived
+from sglang_supervisor.shell.files.configfile import load_config
+from sglang_supervisor.shell.files.state import remembered_derived
 
 
 def _derived_note(d: Derivation) -> str:

@@ -20,10 +20,10 @@ from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.group import NODE_RANK_ENV, with_node_rank
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell.configfile import load_config, logging_config_problems
-from sglang_supervisor.shell.grouplink import WorkerNode
-from sglang_supervisor.shell.logsetup import LogFormat, configure_logging, shutdown_logging
+from sglang_supervisor.shell.files.configfile import load_config, logging_config_problems
+from sglang_supervisor.shell.links.grouplink import WorkerNode
 from sglang_supervisor.shell.supervisor import Options, Prepared, Supervisor, capture_keys, prepare
+from sglang_supervisor.shell.telemetry.logsetup import LogFormat, configure_logging, shutdown_logging
 from sglang_supervisor.shell.upgrades import startup_config
 
 log = structlog.get_logger("sglang_supervisor")

@@ -24,8 +24,8 @@ from sglang_supervisor.core.address import parse_address
 from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.statusview import model_row, table
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.enginehttp import EngineAnswerError, fetch_sync
+from sglang_supervisor.shell.checks.enginehttp import EngineAnswerError, fetch_sync
+from sglang_supervisor.shell.files.configfile import load_config
 
 STATUS_DEADLINE_S = 2.0
 STATUS_MAX_BYTES = 1 << 20

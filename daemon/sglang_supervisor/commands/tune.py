@@ -48,14 +48,15 @@ from sglang_supervisor.core.trial import Deadlines, Step, TrialStart
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.engine.resolved import resolved_graph_max
-from sglang_supervisor.shell import gpu, state
-from sglang_supervisor.shell.apikey import write_secret_config
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.fidelitycheck import AfterReady, tune_check
-from sglang_supervisor.shell.grouplink import local_capture_keys
-from sglang_supervisor.shell.probe import make_shape, probe_many
-from sglang_supervisor.shell.process import EngineProcess
+from sglang_supervisor.shell.checks.fidelitycheck import AfterReady, tune_check
+from sglang_supervisor.shell.checks.probe import make_shape, probe_many
+from sglang_supervisor.shell.engineproc.apikey import write_secret_config
+from sglang_supervisor.shell.engineproc.process import EngineProcess
+from sglang_supervisor.shell.files import state
+from sglang_supervisor.shell.files.configfile import load_config
+from sglang_supervisor.shell.links.grouplink import local_capture_keys
 from sglang_supervisor.shell.supervisor import Prepared, ladder_hash, policy_settings, prepare
+from sglang_supervisor.shell.telemetry import gpu
 
 Progress = Callable[[str], None]
 

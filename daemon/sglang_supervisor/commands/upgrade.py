@@ -22,7 +22,7 @@ from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.upgradeplan import UpgradePlan, plan_text
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell.configfile import load_config
+from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.upgradecheck import check_candidate
 from sglang_supervisor.shell.upgrades import startup_config, write_request
 

@@ -3,7 +3,7 @@ release's last-good profile, is promoted only when its READY probe measures with
 the current release's remembered reference on the same prompts; otherwise the lifecycle rolls back
 to the current release (the reload rollback of `core/lifecycle_change.py`).
 
-Fidelity is the fidelity check's (core/fidelity.py, shell/fidelitycheck.py): the candidate's
+Fidelity is the fidelity check's (core/fidelity.py, shell/checks/fidelitycheck.py): the candidate's
 answers against the model's reference (keyed by model, tokenizer and dtype, not by release, so the
 reference taken on the current release judges the candidate). A verdict carries `fidelity`:
 "pass", "fail" (rejected, even when faster), "not_checked" (fidelity disabled, or no reference for

@@ -1,7 +1,7 @@
 """Which profile next: the failure that ended an attempt decides retry, fall back, wait or exit.
 
 One owner for "what now after a failure": `decide_next_profile` answers for every failure class
-(tests/unit/test_decide_next_profile.py holds one row per class), from the failure itself
+(tests/unit/core/test_decide_next_profile.py holds one row per class), from the failure itself
 (`core/failures.classify_failure`, the ranker logscan uses too; `corroborated`), the ladder
 (`ladder_order`, `skipped_known_bad`) and the operator's remediation rules (`choose_next`). The
 lifecycle carries the answer out.

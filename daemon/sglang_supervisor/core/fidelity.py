@@ -25,7 +25,7 @@ The statistic, and why (docs/OPERATIONS.md "Output fidelity"):
   collapsing, never as wrong text. It is judged against the accept length this profile had when
   it last passed (the same weights), never against an absolute number.
 
-Pure: the shell gathers samples over HTTP (shell/fidelity.py) and stores the reference.
+Pure: the shell gathers samples over HTTP (shell/checks/fidelity.py) and stores the reference.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What NVML says about a GPU, as plain data: the shell's adapter (shell/gpu.py) fills it in, the
+"""What NVML says about a GPU, as plain data: the shell's adapter (shell/telemetry/gpu.py) fills it in, the
 doctor's rules (core/audit/) and the regression rules (core/regression.py) read it."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from sglang_supervisor.core.reasons import Outcome, StopReason
 from sglang_supervisor.engine.resolved import resolved_graph_max
 
 # Engine events the lifecycle has no use for (logscan, the shell's metrics or the parser itself
-# use them). tests/unit/test_lifecycle_dispatch.py checks that every EngineEvent is either handled
+# use them). tests/unit/core/test_lifecycle_dispatch.py checks that every EngineEvent is either handled
 # here or listed: a new event type must be decided on, not silently dropped.
 IGNORED_ENGINE_EVENTS: tuple[type[EngineEvent], ...] = (
     DeprecatedFlag, CaptureProgress, SchedulerReady, PrefillStats, Draining, TracebackLine,

@@ -122,7 +122,7 @@ def render(
     """The command for `profile` on SGLang `version`.
 
     With an API key configured, argv ends in `--config <secret_config_path>` and `secret_config`
-    holds the key. `api_key` supplies it: the key the shell read (`shell.apikey.read_api_key`), or
+    holds the key. `api_key` supplies it: the key the shell read (`shell.engineproc.apikey.read_api_key`), or
     `REDACTED` from callers that only display. With a key configured it is required.
     """
     if profile not in config.profile_names:
@@ -147,7 +147,7 @@ def render(
     if engine.has_api_key:
         if api_key is None:
             raise ValueError("render: the configuration has an API key; pass it as api_key "
-                             "(shell.apikey.read_api_key) or api_key=REDACTED")
+                             "(shell.engineproc.apikey.read_api_key) or api_key=REDACTED")
         if secret_config_path is None:
             raise ValueError("render: the API key goes into a secret config file; pass its path "
                              "(default_secret_config_path)")

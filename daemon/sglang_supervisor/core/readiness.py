@@ -3,7 +3,7 @@
 Readiness is three facts together: every expected CUDA graph capture ended on every rank, SGLang
 printed its ready line, and the supervisor's own first probe succeeded. "HTTP is up" is not ready:
 a warmup request can still fail after the port is bound. The lifecycle keeps the facts (per
-attempt); these functions decide, and tests/unit/test_decide_ready.py holds their table.
+attempt); these functions decide, and tests/unit/core/test_decide_ready.py holds their table.
 """
 
 from __future__ import annotations

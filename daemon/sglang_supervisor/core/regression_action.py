@@ -1,5 +1,6 @@
 """What the lifecycle does about a throughput regression decision (core/regression.py decides
-whether it is one; this decides which engine runs next). Table: tests/unit/test_decide_regression_action.py.
+whether it is one; this decides which engine runs next).
+Table: tests/unit/core/test_decide_regression_action.py.
 """
 
 from __future__ import annotations

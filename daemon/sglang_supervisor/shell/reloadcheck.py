@@ -21,7 +21,7 @@ from sglang_supervisor.core.config import ConfigProblem
 from sglang_supervisor.core.profiles import base_command
 from sglang_supervisor.engine.detect import engine_interpreter, is_simulator
 from sglang_supervisor.engine.realparser import run_argcheck
-from sglang_supervisor.shell.preflight import Prepared
+from sglang_supervisor.shell.engineproc.preflight import Prepared
 
 # Inside the reload's own bound (reloader.READ_TIMEOUT_S), after the version detection.
 PARSER_TIMEOUT_S = 25.0

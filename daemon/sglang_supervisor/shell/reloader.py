@@ -26,9 +26,9 @@ from sglang_supervisor.core.inputs import ReloadRequested
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import reloadcheck, upgradecheck
-from sglang_supervisor.shell.configfile import load_config
-from sglang_supervisor.shell.logsetup import set_redactions
-from sglang_supervisor.shell.preflight import Prepared, prepare
+from sglang_supervisor.shell.engineproc.preflight import Prepared, prepare
+from sglang_supervisor.shell.files.configfile import load_config
+from sglang_supervisor.shell.telemetry.logsetup import set_redactions
 
 if TYPE_CHECKING:
     from sglang_supervisor.shell.supervisor import Supervisor

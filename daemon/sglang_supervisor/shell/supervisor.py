@@ -64,18 +64,11 @@ from sglang_supervisor.core.profiles import default_secret_config_path
 
 # The preflight's names are the supervisor's public API (commands/, tests/, bench/ import them here).
 from sglang_supervisor.engine.argv import decode_log_interval, tp_size
-from sglang_supervisor.shell import gpu, ports, state
-from sglang_supervisor.shell.apikey import remove_secret_config
-from sglang_supervisor.shell.codestamp import code_stamp
-from sglang_supervisor.shell.fidelitycheck import FidelityChecker
-from sglang_supervisor.shell.grouplink import LeaderLink
-from sglang_supervisor.shell.guard import TaskGuard
-from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
-from sglang_supervisor.shell.leader import leader_link
-from sglang_supervisor.shell.logsetup import set_redactions
-from sglang_supervisor.shell.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
-from sglang_supervisor.shell.notify import Notifier
-from sglang_supervisor.shell.preflight import (
+from sglang_supervisor.shell.checks.fidelitycheck import FidelityChecker
+from sglang_supervisor.shell.checks.serving import Serving
+from sglang_supervisor.shell.engineproc import ports
+from sglang_supervisor.shell.engineproc.apikey import remove_secret_config
+from sglang_supervisor.shell.engineproc.preflight import (
     Prepared,
     capture_keys,
     gateway_key,
@@ -85,10 +78,19 @@ from sglang_supervisor.shell.preflight import (
     prepare,
     with_remembered,
 )
-from sglang_supervisor.shell.presence import Presence
+from sglang_supervisor.shell.engineproc.runner import EngineRunner
+from sglang_supervisor.shell.files import state
+from sglang_supervisor.shell.files.codestamp import code_stamp
+from sglang_supervisor.shell.guard import TaskGuard
+from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
+from sglang_supervisor.shell.links.grouplink import LeaderLink
+from sglang_supervisor.shell.links.leader import leader_link
+from sglang_supervisor.shell.links.presence import Presence
 from sglang_supervisor.shell.reloader import Reloader
-from sglang_supervisor.shell.runner import EngineRunner
-from sglang_supervisor.shell.serving import Serving
+from sglang_supervisor.shell.telemetry import gpu
+from sglang_supervisor.shell.telemetry.logsetup import set_redactions
+from sglang_supervisor.shell.telemetry.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
+from sglang_supervisor.shell.telemetry.notify import Notifier
 from sglang_supervisor.shell.timers import Timers
 from sglang_supervisor.shell.upgrades import Upgrades
 

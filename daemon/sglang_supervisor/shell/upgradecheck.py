@@ -17,7 +17,7 @@ from sglang_supervisor.core.profiles import REDACTED, render
 from sglang_supervisor.core.upgradeplan import UpgradePlan, candidate_config, plan_upgrade
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import reloadcheck
-from sglang_supervisor.shell.preflight import Prepared
+from sglang_supervisor.shell.engineproc.preflight import Prepared
 
 if TYPE_CHECKING:
     from sglang_supervisor.shell.supervisor import Supervisor

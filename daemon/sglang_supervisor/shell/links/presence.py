@@ -1,0 +1,106 @@
+"""How this replica shows itself to a fleet (docs/OPERATIONS.md): its gateway registration, the
+drain before planned stops, /readyz, /livez (the loop's heartbeat), and reaping orphaned zombies
+as a container's PID 1. What is ready, alive or planned is `core.rotation`'s call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from sglang_supervisor.core.liveness import stop_extension
+from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
+from sglang_supervisor.shell.checks.probe import engine_load
+from sglang_supervisor.shell.engineproc.reaper import Reaper
+from sglang_supervisor.shell.links.fleet import GatewayAgent
+
+if TYPE_CHECKING:
+    from sglang_supervisor.shell.supervisor import Supervisor
+
+# The loop's heartbeat (/livez, zombie reaping) and how old it may get before /livez fails.
+HEARTBEAT_S = 1.0
+LIVENESS_STALE_S = 15.0
+
+
+class Presence:
+    def __init__(self, sup: Supervisor) -> None:
+        self.sup = sup
+        self.gateway: GatewayAgent | None = None
+        self.draining = False
+        self._heartbeat = time.monotonic()
+        self._reaper = Reaper.for_this_process(self._known_children)
+
+    def start(self) -> None:
+        sup = self.sup
+        gw = sup.config.gateway
+        if gw.enabled:
+            self.gateway = GatewayAgent(gw, sup.base_url, sup.config.state_dir, sup.metrics.registry,
+                                        api_key=sup.prep.gateway_key, engine_api_key=sup.prep.api_key)
+            self.gateway.start()
+
+    async def aclose(self) -> None:
+        if self.gateway is not None:
+            with contextlib.suppress(Exception):
+                await self.gateway.aclose()
+
+    def status(self) -> dict[str, Any] | None:
+        return self.gateway.status() if self.gateway else None
+
+    def readiness(self) -> Verdict:
+        return readiness(self.sup.lifecycle.snapshot(time.monotonic()), draining=self.draining)
+
+    def liveness(self) -> Verdict:
+        return liveness(time.monotonic() - self._heartbeat, stale_s=LIVENESS_STALE_S)
+
+    async def beat(self) -> None:
+        """The heartbeat /livez reads; as PID 1 of a container it also reaps orphaned zombies."""
+        while True:
+            self._heartbeat = time.monotonic()
+            self._reaper.reap()
+            await asyncio.sleep(HEARTBEAT_S)
+
+    def reap_all(self) -> None:
+        """The end of the shutdown, as PID 1: every child left (the engine's, re-parented to us
+        while it stopped) is reaped, waiting at most kill_s for those still dying."""
+        self._reaper.reap_all(self.sup.config.timeouts.kill_s)
+
+    def _known_children(self) -> set[int]:
+        """Our own children, reaped by whoever started them (Popen), never by the reaper."""
+        eng = self.sup.runner.engine
+        return {eng.proc.pid} if eng is not None else set()
+
+    def on_ready(self) -> None:
+        self.draining = False
+        if self.gateway is not None:
+            self.gateway.on_ready()
+
+    def engine_crashed(self) -> None:
+        """Out of the gateway before anything else."""
+        if self.gateway is not None:
+            self.gateway.on_engine_gone()
+
+    async def before_stop(self, reason: str) -> None:
+        """The one hook every stop of the engine passes, before SIGTERM reaches it: a planned stop
+        leaves the gateway and waits for in-flight requests (bounded by gateway.drain_s); a
+        failure stop only leaves the gateway, in the background."""
+        if self.gateway is None:
+            return
+        if not planned(reason):
+            self.gateway.on_engine_gone()
+            return
+        self.draining = True
+        # systemd's stop (or reload) deadline must cover the drain that is about to happen.
+        config = self.sup.config
+        t = config.timeouts
+        self.sup.notifier.extend_timeout(stop_extension(gateway_drain_s=config.gateway.drain_s,
+                                                        drain_s=t.drain_s, kill_s=t.kill_s))
+        await self.gateway.drain(reason, self._inflight)
+
+    async def _inflight(self) -> int | None:
+        sup = self.sup
+        assert sup.client is not None
+        load = await engine_load(sup.client, sup.base_url, sup.prep.api_key,
+                                 timeout=sup.config.gateway.timeout_s)
+        return None if load is None else load.running + load.queued

@@ -138,11 +138,10 @@ class Reloader:
         probe_changed = config.probe != sup.config.probe
         keys = reloadplan.changed_keys(sup.config, config)
         before, armed = (sup.config, sup.prep, sup.fp), sup.lifecycle.rollback_to is not None
-        sup.prep = prepared
-        sup.config = config
+        sup.current.prep = prepared
         # Baselines, last good and known bad belong to the commands that earned them: the new
         # ladder has its own.
-        old_fp, sup.fp = sup.fp, new_fp
+        old_fp, sup.current.fp = sup.fp, new_fp
         if sup.fp != old_fp:
             log.info("supervisor.fingerprint_changed", old=old_fp, new=sup.fp)
         if secrets := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
@@ -197,7 +196,7 @@ class Reloader:
         if self.previous is None:  # armed only together (see _reload): a bug if it happens
             log.error("supervisor.rollback_missing", profile=action.profile)
             return
-        sup.config, sup.prep, sup.fp = self.previous
+        _, sup.current.prep, sup.current.fp = self.previous
         self.previous = None
         if secrets := [k for k in (sup.prep.api_key, sup.prep.gateway_key) if k]:
             set_redactions(secrets)
@@ -247,7 +246,8 @@ class Reloader:
         python, is_canary = self.sup.upgrades.candidate(config)
         canary: CanaryPlan | None = None
         if python is not None:
-            config, canary = upgradecheck.candidate_for_reload(self.sup, config, python)
+            config, canary = upgradecheck.candidate_for_reload(
+                config, self.sup.prep.version, python, self.sup.upgrades.plan)
             if not is_canary:
                 canary = None
         prepared = prepare(config, self._version(config))  # the catalogue: flags, types, choices

@@ -144,14 +144,17 @@ class Supervisor:
         self.current.fp = self.fingerprint()
         self.lifecycle = Lifecycle(self.settings(first_run=True))
         self._done: asyncio.Future[Exit] | None = None
+        self._guard = TaskGuard(self._internal_error)  # our own tasks' errors
         self.inbox = Inbox()
         self.timers = Timers(self.inbox.put)
         self.runner = EngineRunner(self)
         self.serving = Serving(self)
-        self.fidelity = FidelityChecker(self)
+        self.fidelity = FidelityChecker(self.current, self.lifecycle, self.metrics,
+                                        render=self.runner.render,
+                                        feed=self._feed_late, supervise=self._guard.supervise)
         self.reloader = Reloader(self)
-        self.upgrades = Upgrades(self)  # release memory, the upgrade canary, in-place upgrades
-        self._guard = TaskGuard(self._internal_error)
+        # release memory, the upgrade canary, in-place upgrades
+        self.upgrades = Upgrades(self.current, self.lifecycle, self.metrics)
         self._metrics_server: MetricsServer | None = None
         # Multi-node leader (node 0 of a group): the link its worker nodes call (grouplink.py).
         self.group: LeaderLink | None = leader_link(self.current, self.metrics.registry, LeaderParts(

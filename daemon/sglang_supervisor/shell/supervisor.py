@@ -87,7 +87,7 @@ from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
 from sglang_supervisor.shell.links.grouplink import LeaderLink
 from sglang_supervisor.shell.links.leader import LeaderParts, leader_link
 from sglang_supervisor.shell.links.presence import Presence
-from sglang_supervisor.shell.reloader import Reloader
+from sglang_supervisor.shell.reloader import Reloader, ReloadHooks
 from sglang_supervisor.shell.telemetry import gpu
 from sglang_supervisor.shell.telemetry.logsetup import set_redactions
 from sglang_supervisor.shell.telemetry.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
@@ -152,9 +152,13 @@ class Supervisor:
         self.fidelity = FidelityChecker(self.current, self.lifecycle, self.metrics,
                                         render=self.runner.render,
                                         feed=self._feed_late, supervise=self._guard.supervise)
-        self.reloader = Reloader(self)
         # release memory, the upgrade canary, in-place upgrades
         self.upgrades = Upgrades(self.current, self.lifecycle, self.metrics)
+        self.reloader = Reloader(self.current, self.lifecycle, self.upgrades, self.notifier, self.metrics,
+                                 config_path=options.config_path, hooks=ReloadHooks(
+                                     feed=self._feed_late, settings=lambda: self.settings(first_run=False),
+                                     fingerprint=self.fingerprint, still_serving=self._still_serving,
+                                     probe_settings_changed=self.serving.probe_settings_changed))
         self._metrics_server: MetricsServer | None = None
         # Multi-node leader (node 0 of a group): the link its worker nodes call (grouplink.py).
         self.group: LeaderLink | None = leader_link(self.current, self.metrics.registry, LeaderParts(
@@ -510,6 +514,15 @@ class Supervisor:
         if a.seconds is not None:
             self.metrics.startup_seconds(a.seconds)
         self.publish_active(a.profile)
+
+    def _still_serving(self, profile: str) -> None:
+        """A reload changed the fingerprint, not the engine's command: the engine running on is
+        the last good one of the new ladder too (else a restart of the supervisor would forget
+        it), and /metrics names the new fingerprint."""
+        self.store.mark_serving(self.fp, profile, time.time(),
+                                below_best=profile != self.config.profile_names[0])
+        self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
+        self.publish_active(profile)
 
     def exit(self, a: Exit) -> None:
         """The run ends with `a` (the first exit decided wins)."""

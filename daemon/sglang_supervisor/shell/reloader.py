@@ -14,7 +14,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import structlog
 
@@ -22,16 +23,18 @@ from sglang_supervisor.core import reloadplan
 from sglang_supervisor.core.actions import RollBack
 from sglang_supervisor.core.canary import CanaryPlan
 from sglang_supervisor.core.config import Config, ConfigError
-from sglang_supervisor.core.inputs import ReloadRequested
+from sglang_supervisor.core.inputs import Input, ReloadRequested, Settings
+from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import reloadcheck, upgradecheck
+from sglang_supervisor.shell.current import Current
 from sglang_supervisor.shell.engineproc.preflight import Prepared, prepare
 from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.telemetry.logsetup import set_redactions
-
-if TYPE_CHECKING:
-    from sglang_supervisor.shell.supervisor import Supervisor
+from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
+from sglang_supervisor.shell.telemetry.notify import Notifier
+from sglang_supervisor.shell.upgrades import Upgrades
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -74,9 +77,25 @@ async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     return await fut
 
 
+@dataclass(frozen=True)
+class ReloadHooks:
+    """What a reload asks of the Supervisor and tells the other parts, wired in supervisor.py."""
+
+    feed: Callable[[Input], None]  # the applied reload, to the lifecycle
+    settings: Callable[[], Settings]  # the lifecycle's settings for the new ladder (not a first run)
+    fingerprint: Callable[[Prepared], str]  # a reload's fingerprint, before it is applied
+    # The engine serves on unchanged under a new fingerprint: it is that ladder's last good one.
+    still_serving: Callable[[str], None]
+    probe_settings_changed: Callable[[], None]  # probe: changed and the engine did not restart
+
+
 class Reloader:
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
+    def __init__(self, current: Current, lifecycle: Lifecycle, upgrades: Upgrades, notifier: Notifier,
+                 metrics: SupervisorMetrics, *, config_path: str | None, hooks: ReloadHooks) -> None:
+        self.current, self.lifecycle, self.upgrades = current, lifecycle, upgrades
+        self.notifier, self.metrics, self.config_path = notifier, metrics, config_path
+        self.feed, self.settings, self.fingerprint = hooks.feed, hooks.settings, hooks.fingerprint
+        self.still_serving, self.probe_settings_changed = hooks.still_serving, hooks.probe_settings_changed
         self.seq = 0  # reloads begun, for the log and /status
         # The last reload's outcome for /status, and the note STATUS= carries while it was refused.
         self.last: dict[str, Any] | None = None
@@ -91,8 +110,7 @@ class Reloader:
         status` is where an operator looks, and the next tok/s refresh must not hide it. An
         upgrade canary under way says so too."""
         text = text if self.note is None else f"{text}; {self.note}"
-        upgrades = getattr(self.sup, "upgrades", None)
-        upgrade = upgrades.note() if upgrades is not None else None
+        upgrade = self.upgrades.note()
         return text if upgrade is None else f"{text}; {upgrade}"
 
     async def reload(self, requests: int = 1) -> None:
@@ -108,8 +126,8 @@ class Reloader:
                      changed=result.get("changed"))
 
     async def _reload(self) -> None:
-        sup = self.sup
-        path = sup.opts.config_path
+        cur = self.current
+        path = self.config_path
         if path is None:
             self.refuse("no configuration file to re-read", "no_config")
             return
@@ -125,49 +143,45 @@ class Reloader:
         if not self._canary_may_start(canary):
             return
         config = prepared.config
-        current = sup.lifecycle.profile
-        old = sup.prep.renders.get(current) if current else None
+        current = self.lifecycle.profile
+        old = cur.prep.renders.get(current) if current else None
         new = prepared.renders.get(current) if current else None
         changed = (old is None or new is None or old.argv != new.argv or old.env != new.env
                    or old.secret_config != new.secret_config)
-        refused = reloadplan.refused_keys(sup.config, config, engine_restarts=changed)
+        refused = reloadplan.refused_keys(cur.config, config, engine_restarts=changed)
         if refused:
             self.refuse(reloadplan.refusal_reason(refused), "not_applicable",
                         keys=",".join(sorted(refused)))
             return
-        probe_changed = config.probe != sup.config.probe
-        keys = reloadplan.changed_keys(sup.config, config)
-        before, armed = (sup.config, sup.prep, sup.fp), sup.lifecycle.rollback_to is not None
-        sup.prep = prepared
-        sup.config = config
+        probe_changed = config.probe != cur.config.probe
+        keys = reloadplan.changed_keys(cur.config, config)
+        before, armed = (cur.config, cur.prep, cur.fp), self.lifecycle.rollback_to is not None
+        cur.prep = prepared
         # Baselines, last good and known bad belong to the commands that earned them: the new
         # ladder has its own.
-        old_fp, sup.fp = sup.fp, new_fp
-        if sup.fp != old_fp:
-            log.info("supervisor.fingerprint_changed", old=old_fp, new=sup.fp)
+        old_fp, cur.fp = cur.fp, new_fp
+        if cur.fp != old_fp:
+            log.info("supervisor.fingerprint_changed", old=old_fp, new=cur.fp)
         if secrets := [k for k in (prepared.api_key, prepared.gateway_key) if k]:
             set_redactions(secrets)
         self.note = None
         self.last = {"result": "applied", "at": time.time(), "seq": self.seq, "changed": keys[:50],
                      "restarts_engine": changed}
-        sup.metrics.reload_result("applied")
-        sup.feed(ReloadRequested(changed, sup.settings(first_run=False), sup.upgrades.begin(canary)))
+        self.metrics.reload_result("applied")
+        self.feed(ReloadRequested(changed, self.settings(), self.upgrades.begin(canary)))
         self._keep_for_rollback(before, armed)
-        if not changed and current and sup.fp != old_fp and sup.lifecycle.phase in UP_PHASES:
+        if not changed and current and cur.fp != old_fp and self.lifecycle.phase in UP_PHASES:
             # The engine runs on, unchanged: it is the last good one of the new ladder too (else a
             # restart of the supervisor would forget it), and /metrics names the new fingerprint.
-            sup.store.mark_serving(sup.fp, current, time.time(),
-                                   below_best=current != config.profile_names[0])
-            sup.below_best_since = sup.store.fingerprint_state(sup.fp).below_best_since
-            sup.publish_active(current)
+            self.still_serving(current)
         if probe_changed and not changed:
-            sup.serving.probe_settings_changed()
+            self.probe_settings_changed()
 
     def _refuse_invalid(self, exc: ConfigError) -> None:
         """A broken file must not take a healthy engine down: keep running what we have (a
         candidate that cannot run the tuned profile is remembered as refused)."""
         if isinstance(exc, upgradecheck.CandidateRefused):
-            self.sup.upgrades.refused(exc.python, exc.version, exc.reason)
+            self.upgrades.refused(exc.python, exc.version, exc.reason)
         first = exc.problems[0] if exc.problems else None
         why = f"{len(exc.problems)} configuration problem(s)" + (
             f", first: {first.path or 'file'}: {first.problem}" if first else "")
@@ -175,7 +189,7 @@ class Reloader:
 
     def _canary_may_start(self, canary: CanaryPlan | None) -> bool:
         """A canary needs a serving engine: one to compare with, and to return to."""
-        if canary is None or self.sup.lifecycle.phase in UP_PHASES:
+        if canary is None or self.lifecycle.phase in UP_PHASES:
             return True
         self.refuse("an upgrade canary needs a serving engine to compare with and to return to; "
                     "reload again once it serves", "not_serving")
@@ -184,7 +198,7 @@ class Reloader:
     def _keep_for_rollback(self, before: tuple[Config, Prepared, str], armed: bool) -> None:
         """The lifecycle arms a rollback when this reload restarts a serving engine: what ran
         until now is then what comes back; one armed by an earlier reload keeps its own."""
-        if self.sup.lifecycle.rollback_to is None:
+        if self.lifecycle.rollback_to is None:
             self.previous = None
         elif not armed:
             self.previous = before
@@ -193,20 +207,20 @@ class Reloader:
         """The reloaded command failed before READY (`action`): the configuration that served
         before comes back whole, and the refused change is reported like a refused reload (the
         journal had the lifecycle's `supervisor.reload_rolled_back`)."""
-        sup = self.sup
+        cur = self.current
         if self.previous is None:  # armed only together (see _reload): a bug if it happens
             log.error("supervisor.rollback_missing", profile=action.profile)
             return
-        sup.config, sup.prep, sup.fp = self.previous
+        _, cur.prep, cur.fp = self.previous
         self.previous = None
-        if secrets := [k for k in (sup.prep.api_key, sup.prep.gateway_key) if k]:
+        if secrets := [k for k in (cur.prep.api_key, cur.prep.gateway_key) if k]:
             set_redactions(secrets)
         reason = f"{action.failure_class}: {action.message}"[:300]
         self.note = f"reload rolled back ({action.failure_class}), previous config serves"[:200]
         self.last = {"result": "rolled_back", "at": time.time(), "seq": self.seq,
                      "reason": reason, "failure_class": action.failure_class,
                      "profile": action.profile}
-        sup.metrics.reload_result("rolled_back")
+        self.metrics.reload_result("rolled_back")
 
     def abandon_read(self, why: str) -> None:
         """Give up the reload being read, if one is (a stop is waiting behind it)."""
@@ -244,43 +258,43 @@ class Reloader:
 
     def _read_blocking(self, path: str) -> tuple[Prepared, str, CanaryPlan | None]:
         config = load_config(path)
-        python, is_canary = self.sup.upgrades.candidate(config)
+        python, is_canary = self.upgrades.candidate(config)
         canary: CanaryPlan | None = None
         if python is not None:
-            config, canary = upgradecheck.candidate_for_reload(self.sup, config, python)
+            config, canary = upgradecheck.candidate_for_reload(
+                config, self.current.prep.version, python, self.upgrades.plan)
             if not is_canary:
                 canary = None
         prepared = prepare(config, self._version(config))  # the catalogue: flags, types, choices
-        changed = reloadcheck.changed_profiles(self.sup.prep, prepared)
+        changed = reloadcheck.changed_profiles(self.current.prep, prepared)
         problems, why_not = reloadcheck.real_parser_problems(prepared, changed, os.environ)
         if problems:
             raise ConfigError(problems, "the installed SGLang's argument parser")
         if why_not is not None and changed:
             log.info("supervisor.reload_parser_skipped", profiles=",".join(changed), why=why_not,
                      hint="the changed profiles were checked against the flag catalogue only")
-        return prepared, self.sup.fingerprint(prepared), canary
+        return prepared, self.fingerprint(prepared), canary
 
     def refuse(self, reason: str, kind: str, **fields: Any) -> None:
         """Keep everything as it runs, and say why where operators look: the journal, STATUS=
         (`systemctl status`), /status and a metric."""
-        sup = self.sup
         log.error("supervisor.reload_failed", reason=reason, kind=kind,
-                  kept_profile=sup.lifecycle.profile, **fields,
+                  kept_profile=self.lifecycle.profile, **fields,
                   hint="the running configuration is unchanged; fix the file and reload again "
                        "(sglang-supervisor check --config FILE shows every problem)")
         self.note = f"reload refused: {reason}"[:200]
         self.last = {"result": "refused", "at": time.time(), "seq": self.seq, "reason": reason}
-        sup.metrics.reload_result("refused")
-        text = self.with_note(sup.lifecycle.status_text())
-        if sup.lifecycle.ready_sent and sup.lifecycle.phase in UP_PHASES:
-            sup.notifier.reloading(text)
-            sup.notifier.ready(text)
+        self.metrics.reload_result("refused")
+        text = self.with_note(self.lifecycle.status_text())
+        if self.lifecycle.ready_sent and self.lifecycle.phase in UP_PHASES:
+            self.notifier.reloading(text)
+            self.notifier.ready(text)
         else:
-            sup.notifier.status(text)
+            self.notifier.status(text)
 
     def _version(self, config: Config) -> str:
-        sup = self.sup
-        if config.engine.version == sup.config.engine.version and config.engine.command == (
-                sup.config.engine.command):
-            return sup.prep.version
+        cur = self.current
+        if config.engine.version == cur.config.engine.version and config.engine.command == (
+                cur.config.engine.command):
+            return cur.prep.version
         return detect_engine_version(config)

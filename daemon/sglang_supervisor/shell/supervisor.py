@@ -57,6 +57,7 @@ from sglang_supervisor.core.actions import (
 from sglang_supervisor.core.config import Config
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.exposure import redact_status, status_redacted
+from sglang_supervisor.core.group import MemberFailed
 from sglang_supervisor.core.inputs import GpuBusy, Input, PortBusy, Settings, Start, StopRequested, TimerFired
 from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES, Phase
@@ -66,7 +67,7 @@ from sglang_supervisor.core.profiles import default_secret_config_path
 from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.shell.checks.fidelitycheck import FidelityChecker
 from sglang_supervisor.shell.checks.serving import Serving
-from sglang_supervisor.shell.engineproc import ports
+from sglang_supervisor.shell.current import Current
 from sglang_supervisor.shell.engineproc.apikey import remove_secret_config
 from sglang_supervisor.shell.engineproc.preflight import (
     Prepared,
@@ -84,9 +85,9 @@ from sglang_supervisor.shell.files.codestamp import code_stamp
 from sglang_supervisor.shell.guard import TaskGuard
 from sglang_supervisor.shell.inbox import Inbox, Item, ReloadRequest, TimerDue
 from sglang_supervisor.shell.links.grouplink import LeaderLink
-from sglang_supervisor.shell.links.leader import leader_link
+from sglang_supervisor.shell.links.leader import LeaderParts, leader_link
 from sglang_supervisor.shell.links.presence import Presence
-from sglang_supervisor.shell.reloader import Reloader
+from sglang_supervisor.shell.reloader import Reloader, ReloadHooks
 from sglang_supervisor.shell.telemetry import gpu
 from sglang_supervisor.shell.telemetry.logsetup import set_redactions
 from sglang_supervisor.shell.telemetry.metrics import MetricsServer, MetricsServerError, SupervisorMetrics
@@ -125,8 +126,8 @@ class Options:
 
 class Supervisor:
     def __init__(self, prepared: Prepared, options: Options, notifier: Notifier | None = None) -> None:
-        self.prep = prepared
-        self.config: Config = prepared.config
+        # The served configuration, its fingerprint, the client and loop: shared with the parts.
+        self.current = Current(prepared, "")
         self.opts = options
         self.notifier = notifier or Notifier(options.environ)
         self.metrics = SupervisorMetrics()
@@ -140,23 +141,32 @@ class Supervisor:
         self.code_at_start = code_stamp()  # /status's code_stale: an upgrade replaced our files
         self.metrics.code_stale.set_function(lambda: 0.0 if code_stamp() == self.code_at_start else 1.0)
         self.metrics.below_best.set_function(self._below_best_seconds)
-        self.fp = self.fingerprint()
+        self.current.fp = self.fingerprint()
         self.lifecycle = Lifecycle(self.settings(first_run=True))
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Future[Exit] | None = None
+        self._guard = TaskGuard(self._internal_error)  # our own tasks' errors
         self.inbox = Inbox()
         self.timers = Timers(self.inbox.put)
         self.runner = EngineRunner(self)
         self.serving = Serving(self)
-        self.fidelity = FidelityChecker(self)
-        self.reloader = Reloader(self)
-        self.upgrades = Upgrades(self)  # release memory, the upgrade canary, in-place upgrades
-        self._guard = TaskGuard(self._internal_error)
-        self.client: httpx.AsyncClient | None = None
+        self.fidelity = FidelityChecker(self.current, self.lifecycle, self.metrics,
+                                        render=self.runner.render,
+                                        feed=self._feed_late, supervise=self._guard.supervise)
+        # release memory, the upgrade canary, in-place upgrades
+        self.upgrades = Upgrades(self.current, self.lifecycle, self.metrics)
+        self.reloader = Reloader(self.current, self.lifecycle, self.upgrades, self.notifier, self.metrics,
+                                 config_path=options.config_path, hooks=ReloadHooks(
+                                     feed=self._feed_late, settings=lambda: self.settings(first_run=False),
+                                     fingerprint=self.fingerprint, still_serving=self._still_serving,
+                                     probe_settings_changed=self.serving.probe_settings_changed))
         self._metrics_server: MetricsServer | None = None
         # Multi-node leader (node 0 of a group): the link its worker nodes call (grouplink.py).
-        self.group: LeaderLink | None = leader_link(self)
-        self.presence = Presence(self)  # gateway, drain, /readyz, /livez, reaping
+        self.group: LeaderLink | None = leader_link(self.current, self.metrics.registry, LeaderParts(
+            self.lifecycle, self.timers, engine=lambda: self.runner.engine, feed=self._feed_late,
+            exit=self.exit, stop_for_member=self._stop_for_member))
+        # gateway, drain, /readyz, /livez, reaping
+        self.presence = Presence(self.current, self.lifecycle, self.metrics.registry, self.notifier,
+                                 engine_pid=self._engine_pid)
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -195,17 +205,44 @@ class Supervisor:
         return 0.0 if since is None else max(0.0, time.time() - since)
 
     @property
+    def prep(self) -> Prepared:
+        return self.current.prep
+
+    @property
+    def config(self) -> Config:
+        return self.current.config
+
+    @property
+    def fp(self) -> str:
+        return self.current.fp
+
+    @property
+    def client(self) -> httpx.AsyncClient | None:
+        return self.current.client
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self.current.loop
+
+    @_loop.setter
+    def _loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.current.loop = loop  # run() sets it; so do tests that drive parts without run()
+
+    @property
     def base_url(self) -> str:
-        return ports.local_base_url(self.config.engine.host, self.config.engine.port)
+        return self.current.base_url
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        assert self._loop is not None, "the supervisor's loop runs only inside run()"
-        return self._loop
+        return self.current.running_loop()
 
     @property
     def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
-        return self._loop
+        return self.current.loop
+
+    def _engine_pid(self) -> int | None:
+        eng = self.runner.engine
+        return eng.proc.pid if eng is not None else None
 
     def _way_back(self) -> dict[str, Any] | None:
         """This start's plan back to the best profile: the last good one, the profile on
@@ -260,7 +297,7 @@ class Supervisor:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        self._loop = loop
+        self.current.loop = loop
         self._done = loop.create_future()
         loop.set_exception_handler(self._guard.loop_exception)
         # The gateway's key too: a gateway (or a proxy before it) may quote it in an error page;
@@ -271,7 +308,7 @@ class Supervisor:
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             loop.add_signal_handler(sig, self._stop_signal, name)
         loop.add_signal_handler(signal.SIGHUP, self.inbox.put, ReloadRequest())
-        self.client = httpx.AsyncClient()
+        self.current.client = httpx.AsyncClient()
         self.presence.start()
         await self._start_metrics()
         if self.group is not None:
@@ -397,6 +434,15 @@ class Supervisor:
             case _:
                 assert_never(item)
 
+    def _feed_late(self, inp: Input) -> None:
+        """`feed` looked up at each call, for the parts: a test may replace `feed` on the instance."""
+        self.feed(inp)
+
+    def _stop_for_member(self, f: MemberFailed) -> None:
+        """A worker node failed: the probes go quiet and the leader's engine is killed at once."""
+        self.serving.quiet_probes()
+        self.runner.stop_for_member(f)
+
     def feed(self, inp: Input) -> None:
         if self._internal_failure:
             return  # shutting down after our own error: nothing is decided (or blamed) any more
@@ -468,6 +514,15 @@ class Supervisor:
         if a.seconds is not None:
             self.metrics.startup_seconds(a.seconds)
         self.publish_active(a.profile)
+
+    def _still_serving(self, profile: str) -> None:
+        """A reload changed the fingerprint, not the engine's command: the engine running on is
+        the last good one of the new ladder too (else a restart of the supervisor would forget
+        it), and /metrics names the new fingerprint."""
+        self.store.mark_serving(self.fp, profile, time.time(),
+                                below_best=profile != self.config.profile_names[0])
+        self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
+        self.publish_active(profile)
 
     def exit(self, a: Exit) -> None:
         """The run ends with `a` (the first exit decided wins)."""

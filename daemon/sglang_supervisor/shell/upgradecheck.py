@@ -6,8 +6,7 @@ release's version asked from its own interpreter, every profile rewritten for it
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -18,9 +17,6 @@ from sglang_supervisor.core.upgradeplan import UpgradePlan, candidate_config, pl
 from sglang_supervisor.engine.detect import detect_engine_version
 from sglang_supervisor.shell import reloadcheck
 from sglang_supervisor.shell.engineproc.preflight import Prepared
-
-if TYPE_CHECKING:
-    from sglang_supervisor.shell.supervisor import Supervisor
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -63,11 +59,12 @@ def check_candidate(config: Config, current: str, python: str,
     return plan_upgrade(config, current, version, errors)
 
 
-def candidate_for_reload(sup: Supervisor, config: Config, python: str
-                         ) -> tuple[Config, CanaryPlan | None]:
-    """The reload's configuration on the candidate release, and the canary that judges it; a
-    candidate that cannot express the tuned profile is refused before anything stops."""
-    plan = check_candidate(config, sup.prep.version, python)
+def candidate_for_reload(config: Config, current: str, python: str,
+                         canary: Callable[[str, str], CanaryPlan]) -> tuple[Config, CanaryPlan | None]:
+    """The reload's configuration on the candidate release (from release `current`), and the
+    canary that judges it (`canary(python, candidate_version)`: `Upgrades.plan`); a candidate that
+    cannot express the tuned profile is refused before anything stops."""
+    plan = check_candidate(config, current, python)
     if plan.blocked:
         reason = plan.blocked_reason or "the tuned profile cannot run on the candidate"
         log.error("upgrade.refused", candidate=plan.candidate, python=python, reason=reason,
@@ -78,4 +75,4 @@ def candidate_for_reload(sup: Supervisor, config: Config, python: str
             log.info("upgrade.profile_change", profile=p.profile, expressible=p.expressible,
                      renamed=list(p.renamed), dropped=list(p.dropped), refused=list(p.refused),
                      defaults=list(p.defaults))
-    return candidate_config(config, python), sup.upgrades.plan(python, plan.candidate)
+    return candidate_config(config, python), canary(python, plan.candidate)

@@ -17,18 +17,18 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from sglang_supervisor.core.actions import CanaryJudged, RollBack
 from sglang_supervisor.core.canary import FIDELITY_NOT_CHECKED, CanaryPlan, Reference, judge
 from sglang_supervisor.core.config import Config
+from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.upgradeplan import candidate_config
 from sglang_supervisor.engine.detect import engine_interpreter
-
-if TYPE_CHECKING:
-    from sglang_supervisor.shell.supervisor import Supervisor
+from sglang_supervisor.shell.current import Current
+from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -199,9 +199,9 @@ class Upgrades:
     """The supervisor's part: reference numbers at READY, the canary's verdicts, the in-place
     case, and what /status, metrics and STATUS= show."""
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
-        self.path = releases_path(sup.config)
+    def __init__(self, current: Current, lifecycle: Lifecycle, metrics: SupervisorMetrics) -> None:
+        self.current, self.lifecycle, self.metrics = current, lifecycle, metrics
+        self.path = releases_path(current.config)
         self.book = load(self.path)
         self.pending: CanaryPlan | None = None  # a canary under way
         self.in_place: CanaryPlan | None = None  # judged at the first READY, no rollback
@@ -209,23 +209,23 @@ class Upgrades:
 
     # -- what the daemon runs now ---------------------------------------------------------
     def interpreter(self, config: Config | None = None) -> str:
-        return engine_interpreter(config or self.sup.config)
+        return engine_interpreter(config or self.current.config)
 
     def _check_in_place(self) -> None:
         seen = self.book.get("last_seen") or {}
-        python, version = self.interpreter(), self.sup.prep.version
+        python, version = self.interpreter(), self.current.prep.version
         old = seen.get("version")
         if seen.get("python") != python or not old or old == version:
             return
         refs = self.book["references"].get(old, {})
         for r in refs.values():
             r["old_release"] = True  # the evidence stays, marked: that release is gone
-        profile = self.sup.config.profile_names[0]
+        profile = self.current.config.profile_names[0]
         ref = refs.get(profile) or next(iter(refs.values()), None)
         self.in_place = CanaryPlan(
             old, version, python,
             Reference(old, profile, ref.get("tok_s"), ref.get("ttft_s")) if ref else None,
-            self.sup.config.upgrade.min_tps_ratio, self.sup.config.upgrade.max_ttft_ratio,
+            self.current.config.upgrade.min_tps_ratio, self.current.config.upgrade.max_ttft_ratio,
             rollback_possible=False)
         self.book["in_place"] = {"from": old, "to": version, "python": python, "at": time.time(),
                                  "verdict": "in_progress"}
@@ -236,7 +236,7 @@ class Upgrades:
                        "canary at READY against the old release's numbers (kept in "
                        f"{self.path}); install the next candidate as a second venv and use "
                        "`sglang-supervisor upgrade` (docs/OPERATIONS.md, Upgrading SGLang)")
-        self.sup.metrics.set_upgrade("in_place", version)
+        self.metrics.set_upgrade("in_place", version)
 
     # -- the canary -------------------------------------------------------------------------
     def candidate(self, config: Config) -> tuple[str | None, bool]:
@@ -266,13 +266,13 @@ class Upgrades:
         return python, True
 
     def plan(self, python: str, candidate_version: str) -> CanaryPlan:
-        sup = self.sup
-        current, profile = sup.prep.version, sup.lifecycle.profile or sup.config.profile_names[0]
+        cur = self.current
+        current, profile = cur.prep.version, self.lifecycle.profile or cur.config.profile_names[0]
         ref = self.book["references"].get(current, {}).get(profile)
         return CanaryPlan(current, candidate_version, python,
                           Reference(current, profile, ref.get("tok_s"), ref.get("ttft_s"))
                           if ref else None,
-                          sup.config.upgrade.min_tps_ratio, sup.config.upgrade.max_ttft_ratio)
+                          cur.config.upgrade.min_tps_ratio, cur.config.upgrade.max_ttft_ratio)
 
     def begin(self, plan: CanaryPlan | None) -> CanaryPlan | None:
         """A canary starts (`plan`; None: a plain reload): say so, and hand it on."""
@@ -282,19 +282,19 @@ class Upgrades:
         log.warning("upgrade.canary_begin", current=plan.current, candidate=plan.candidate,
                     python=plan.python, reference_tok_s=plan.reference.tok_s if plan.reference
                     else None, profile=plan.reference.profile if plan.reference else None)
-        self.sup.metrics.set_upgrade("in_progress", plan.candidate)
+        self.metrics.set_upgrade("in_progress", plan.candidate)
         return plan
 
     def refused(self, python: str, version: str, reason: str) -> None:
         """The candidate cannot run the tuned profile: rolled back before any start."""
         self._record(python, version, "refused", reason, None)
-        self.sup.metrics.set_upgrade("refused", version)
+        self.metrics.set_upgrade("refused", version)
 
     def judged(self, a: CanaryJudged) -> None:
         v = a.verdict
         self._record(a.plan.python, a.plan.candidate, v.word, v.reason, a.verdict.to_json(),
                      from_version=a.plan.current)
-        self.sup.metrics.set_upgrade(v.word, a.plan.candidate, v.tps_ratio)
+        self.metrics.set_upgrade(v.word, a.plan.candidate, v.tps_ratio)
         self.pending = None  # judged: a rollback that follows records nothing more
         if v.promote:
             # `upgrade --now`'s request stays: it names the promoted release for later starts
@@ -303,7 +303,7 @@ class Upgrades:
             save(self.path, self.book)
             return
         with contextlib.suppress(OSError):
-            request_path(self.sup.config).unlink()
+            request_path(self.current.config).unlink()
 
     def rolled_back(self, a: RollBack) -> None:
         """The candidate failed to start, or measured worse (its stop): the current release
@@ -315,15 +315,15 @@ class Upgrades:
             self._record(plan.python, plan.candidate, "rolled_back",
                          f"failed to start: {a.failure_class}: {a.message}", None,
                          from_version=plan.current)
-            self.sup.metrics.set_upgrade("rolled_back", plan.candidate)
+            self.metrics.set_upgrade("rolled_back", plan.candidate)
         with contextlib.suppress(OSError):
-            request_path(self.sup.config).unlink()
+            request_path(self.current.config).unlink()
 
     def _record(self, python: str, version: str, verdict: str, reason: str,
                 numbers: Mapping[str, Any] | None, *, from_version: str | None = None) -> None:
         entry: dict[str, Any] = {"python": python, "version": version, "verdict": verdict,
                                  "reason": reason[:MAX_TEXT], "identity": venv_identity(python),
-                                 "from": from_version or self.sup.prep.version, "at": time.time(),
+                                 "from": from_version or self.current.prep.version, "at": time.time(),
                                  "fidelity": FIDELITY_NOT_CHECKED}
         for k, v in (numbers or {}).items():
             if k not in ("verdict", "reason") and v is not None:
@@ -335,7 +335,7 @@ class Upgrades:
     def on_ready(self, profile: str, tok_s: float | None, ttft_s: float | None) -> None:
         """Every READY: this release's reference for `profile`; the first after an in-place
         upgrade is judged too (there is nothing to roll back to)."""
-        version = self.sup.prep.version
+        version = self.current.prep.version
         if tok_s is not None:
             refs = self.book["references"]
             refs.setdefault(version, {})[profile] = {"tok_s": tok_s, "ttft_s": ttft_s,
@@ -357,7 +357,7 @@ class Upgrades:
                                      "reason": v.reason}
             self._record(plan.python, plan.candidate, word, v.reason, v.to_json(),
                          from_version=plan.current)
-            self.sup.metrics.set_upgrade(word, plan.candidate, v.tps_ratio)
+            self.metrics.set_upgrade(word, plan.candidate, v.tps_ratio)
             return
         save(self.path, self.book)
 

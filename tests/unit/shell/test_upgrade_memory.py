@@ -40,9 +40,10 @@ class Metrics:
         self.calls.append(args)
 
 
-def sup(c: Config, version: str = "0.5.23") -> Any:
-    return SimpleNamespace(config=c, prep=SimpleNamespace(version=version), metrics=Metrics(),
-                           lifecycle=SimpleNamespace(profile="tuned"))
+def parts(c: Config, version: str = "0.5.23") -> tuple[Any, Any, Any]:
+    """Upgrades' collaborators: the served configuration, the lifecycle, the metrics."""
+    return (SimpleNamespace(config=c, prep=SimpleNamespace(version=version)),
+            SimpleNamespace(profile="tuned"), Metrics())
 
 
 def test_a_missing_file_is_an_empty_memory(tmp_path: Path) -> None:
@@ -89,7 +90,7 @@ def test_the_venv_identity_changes_with_an_install_there(tmp_path: Path) -> None
 def test_a_rolled_back_candidate_waits_for_its_venv_to_change_or_a_retry(tmp_path: Path) -> None:
     python = venv(tmp_path / "cand")
     c = config(tmp_path, python)
-    u = upgrades.Upgrades(sup(c))
+    u = upgrades.Upgrades(*parts(c))
     assert u.candidate(c) == (python, True)  # never tried: a canary
     u._record(python, "0.5.24", "rolled_back", "slower", None)
     assert u.candidate(c) == (None, False)  # same venv: not again
@@ -103,7 +104,7 @@ def test_a_rolled_back_candidate_waits_for_its_venv_to_change_or_a_retry(tmp_pat
 def test_a_promoted_candidate_runs_without_a_new_trial_also_after_a_restart(tmp_path: Path) -> None:
     python = venv(tmp_path / "cand")
     c = config(tmp_path, python)
-    u = upgrades.Upgrades(sup(c))
+    u = upgrades.Upgrades(*parts(c))
     u.book["promoted"] = {"python": python, "version": "0.5.24"}
     upgrades.save(u.path, u.book)
     assert u.candidate(c) == (python, False)
@@ -115,9 +116,9 @@ def test_a_promoted_candidate_runs_without_a_new_trial_also_after_a_restart(tmp_
 def test_an_in_place_upgrade_is_seen_at_start_and_the_old_numbers_are_kept_marked(
         tmp_path: Path) -> None:
     c = config(tmp_path)
-    first = upgrades.Upgrades(sup(c, "0.5.22"))
+    first = upgrades.Upgrades(*parts(c, "0.5.22"))
     first.on_ready("tuned", 100.0, 0.2)
-    again = upgrades.Upgrades(sup(c, "0.5.23"))
+    again = upgrades.Upgrades(*parts(c, "0.5.23"))
     assert again.in_place is not None and not again.in_place.rollback_possible
     assert again.in_place.reference is not None and again.in_place.reference.tok_s == 100.0
     book = upgrades.load(upgrades.releases_path(c))

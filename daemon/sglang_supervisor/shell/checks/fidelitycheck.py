@@ -22,7 +22,8 @@ import structlog
 from sglang_supervisor.core import canary as C
 from sglang_supervisor.core import fidelity as F
 from sglang_supervisor.core.events import FailureClass
-from sglang_supervisor.core.inputs import FidelityFailed, ProbeFailed
+from sglang_supervisor.core.inputs import FidelityFailed, Input, ProbeFailed
+from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.core.profiles import RenderedCommand
 from sglang_supervisor.shell.checks.fidelity import (
@@ -34,11 +35,12 @@ from sglang_supervisor.shell.checks.fidelity import (
     take_sample,
 )
 from sglang_supervisor.shell.checks.probe import engine_load
+from sglang_supervisor.shell.current import Current
 from sglang_supervisor.shell.files import state
+from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
 
 if TYPE_CHECKING:
     from sglang_supervisor.shell.engineproc.preflight import Prepared
-    from sglang_supervisor.shell.supervisor import Supervisor
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -55,48 +57,53 @@ def tolerance_of(settings: Any) -> F.Tolerance:
 
 
 class FidelityChecker:
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
-        self.store = ReferenceStore(sup.config.state_dir)
+    def __init__(self, current: Current, lifecycle: Lifecycle, metrics: SupervisorMetrics, *,
+                 render: Callable[[str], RenderedCommand], feed: Callable[[Input], None],
+                 supervise: Callable[[asyncio.Future[Any]], object]) -> None:
+        """`render`: a profile's command (the runner's, derived profiles too); `feed`: a periodic
+        check's mismatch to the lifecycle; `supervise`: its task's errors to the TaskGuard."""
+        self.current, self.lifecycle, self.metrics = current, lifecycle, metrics
+        self.render, self.feed, self.supervise = render, feed, supervise
+        self.store = ReferenceStore(current.config.state_dir)
         self.last: dict[str, Any] | None = None  # the last check, for /status
         self.task: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.sup.config.fidelity.enabled
+        return self.current.config.fidelity.enabled
 
     def key(self, profile: str) -> str:
-        sup = self.sup
-        return key_for(sup.config.engine.model_path, sup.runner.render(profile).argv)
+        cur = self.current
+        return key_for(cur.config.engine.model_path, self.render(profile).argv)
 
     def reference_profile(self) -> str:
-        sup = self.sup
-        return F.reference_profile(sup.config.profile_names, sup.config.fidelity.reference_profile)
+        cur = self.current
+        return F.reference_profile(cur.config.profile_names, cur.config.fidelity.reference_profile)
 
     async def check(self, profile: str, accept: float | None, *, at_ready: bool
                     ) -> FidelityFailed | ProbeFailed | None:
         """One check of the engine serving `profile`: None when it passes (or the reference was
         just taken, or none exists yet for a profile that cannot take it)."""
-        sup = self.sup
-        client = sup.client
+        cur = self.current
+        client = cur.client
         if not self.enabled or client is None:
             return None
-        fs = sup.config.fidelity
+        fs = cur.config.fidelity
         key = self.key(profile)
         ref = self.store.load(key)
         if ref is None and profile != self.reference_profile():
             self._no_reference(profile)  # nothing to judge against, nothing to take: no requests
             return None
         try:
-            got = await take_sample(client, sup.base_url, sup.prep.api_key, fs.timeout_s, accept)
+            got = await take_sample(client, cur.base_url, cur.prep.api_key, fs.timeout_s, accept)
         except SampleUnavailable as exc:
-            sup.metrics.fidelity_check("unavailable")
+            self.metrics.fidelity_check("unavailable")
             log.warning("fidelity.unavailable", profile=profile, problem=exc.problem.value, detail=exc.detail)
             return ProbeFailed(f"fidelity sample: {exc.detail}", hung=exc.timed_out) if at_ready else None
         if ref is None:
             self._take_reference(key, profile, got)
             return None
-        secrets = [sup.prep.api_key] if sup.prep.api_key else []
+        secrets = [cur.prep.api_key] if cur.prep.api_key else []
         verdict = F.judge(ref.sample, got, tolerance_of(fs), baseline_accept=ref.accept.get(profile),
                           secrets=secrets)
         self._record(profile, verdict, ref)
@@ -113,11 +120,11 @@ class FidelityChecker:
         release: the reference the current release took judges the candidate. A candidate never
         takes a reference (it would judge itself), and a sample it cannot give is tried once
         more, then `unavailable`, which the canary rejects."""
-        sup = self.sup
-        client = sup.client
+        cur = self.current
+        client = cur.client
         if not self.enabled or client is None:
             return C.FIDELITY_NOT_CHECKED, "fidelity is disabled (fidelity.enabled)"
-        fs = sup.config.fidelity
+        fs = cur.config.fidelity
         ref = self.store.load(self.key(profile))
         if ref is None:
             self._no_reference(profile)
@@ -125,14 +132,14 @@ class FidelityChecker:
         problem = ""
         for attempt in (1, 2):
             try:
-                got = await take_sample(client, sup.base_url, sup.prep.api_key, fs.timeout_s, accept)
+                got = await take_sample(client, cur.base_url, cur.prep.api_key, fs.timeout_s, accept)
             except SampleUnavailable as exc:
-                sup.metrics.fidelity_check("unavailable")
+                self.metrics.fidelity_check("unavailable")
                 log.warning("fidelity.unavailable", profile=profile, problem=exc.problem.value,
                             detail=exc.detail, canary=True, attempt=attempt)
                 problem = exc.detail
                 continue
-            secrets = [sup.prep.api_key] if sup.prep.api_key else []
+            secrets = [cur.prep.api_key] if cur.prep.api_key else []
             verdict = F.judge(ref.sample, got, tolerance_of(fs), baseline_accept=ref.accept.get(profile),
                               secrets=secrets)
             self._record(profile, verdict, ref)
@@ -143,37 +150,35 @@ class FidelityChecker:
         return C.FIDELITY_UNAVAILABLE, f"two samples failed, the last: {problem}"[:C.MAX_FIDELITY_DETAIL]
 
     def _no_reference(self, profile: str) -> None:
-        sup = self.sup
-        sup.metrics.fidelity_check("no_reference")
-        sup.metrics.fidelity_reference(False)
+        self.metrics.fidelity_check("no_reference")
+        self.metrics.fidelity_reference(False)
         log.warning("fidelity.no_reference", profile=profile, reference_profile=self.reference_profile(),
                     hint="the reference is taken when the reference profile reaches READY; "
                          "to take it now: sglang-supervisor fidelity --config CONFIG --reset")
 
     def _take_reference(self, key: str, profile: str, got: F.Sample) -> None:
-        sup = self.sup
-        rc = sup.runner.render(profile)
-        ref = Reference(key=key, sample=got, profile=profile, version=sup.prep.version,
+        cur = self.current
+        rc = self.render(profile)
+        ref = Reference(key=key, sample=got, profile=profile, version=cur.prep.version,
                         command_hash=state.command_hash(rc.argv, rc.env),
-                        model=sup.config.engine.model_path, dtype=dtype_of(rc.argv),
+                        model=cur.config.engine.model_path, dtype=dtype_of(rc.argv),
                         taken_at=time.time(), accept={})
         try:
             self.store.save(ref)
         except OSError as exc:
             log.warning("fidelity.reference_not_saved", profile=profile, error=str(exc)[:200])
             return None
-        sup.metrics.fidelity_check("reference_taken")
-        sup.metrics.fidelity_reference(True)
-        log.info("fidelity.reference_taken", profile=profile, key=key, sglang_version=sup.prep.version)
+        self.metrics.fidelity_check("reference_taken")
+        self.metrics.fidelity_reference(True)
+        log.info("fidelity.reference_taken", profile=profile, key=key, sglang_version=cur.prep.version)
         self.last = {"result": "reference_taken", "profile": profile, "at": ref.taken_at}
         return None
 
     def _record(self, profile: str, verdict: F.Verdict, ref: Reference) -> None:
-        sup = self.sup
         stats = dict(verdict.stats)
-        sup.metrics.fidelity_reference(True)
-        sup.metrics.fidelity_check("pass" if verdict.ok else "mismatch")
-        sup.metrics.fidelity_stats(stats.get("min_prefix"), stats.get("logprob_mean_abs_diff"))
+        self.metrics.fidelity_reference(True)
+        self.metrics.fidelity_check("pass" if verdict.ok else "mismatch")
+        self.metrics.fidelity_stats(stats.get("min_prefix"), stats.get("logprob_mean_abs_diff"))
         self.last = {"result": "pass" if verdict.ok else "mismatch", "profile": profile,
                      "reason": verdict.reason, "detail": verdict.detail, "prompt": verdict.prompt,
                      "expected": verdict.expected, "received": verdict.received,
@@ -189,7 +194,7 @@ class FidelityChecker:
 
     def status(self) -> dict[str, Any]:
         """/status's `fidelity`: enabled, the reference profile, the periodic cost, the last check."""
-        fs = self.sup.config.fidelity
+        fs = self.current.config.fidelity
         return {"enabled": fs.enabled, "reference_profile": self.reference_profile(),
                 "interval_s": fs.interval_s,
                 "tokens_per_hour": round(F.tokens_per_hour(fs.interval_s), 1),
@@ -198,11 +203,11 @@ class FidelityChecker:
     # -- periodic, while serving ------------------------------------------------------------------
 
     def start_periodic(self, attempt: int, profile: str) -> None:
-        if not self.enabled or self.sup.config.fidelity.interval_s <= 0:
+        if not self.enabled or self.current.config.fidelity.interval_s <= 0:
             return
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._periodic(attempt, profile))
-            self.sup.supervise(self.task)
+            self.supervise(self.task)
 
     def stop(self) -> None:
         if self.task is not None:
@@ -212,18 +217,18 @@ class FidelityChecker:
     async def _periodic(self, attempt: int, profile: str) -> None:
         """Every `fidelity.interval_s`, when nothing runs or waits in the engine (never while it
         is busy: the check would slow users and users would blur the check)."""
-        sup = self.sup
-        while sup.lifecycle.attempt == attempt and sup.lifecycle.phase in UP_PHASES:
-            await asyncio.sleep(sup.config.fidelity.interval_s)
-            if sup.lifecycle.attempt != attempt or sup.client is None:
+        cur = self.current
+        while self.lifecycle.attempt == attempt and self.lifecycle.phase in UP_PHASES:
+            await asyncio.sleep(cur.config.fidelity.interval_s)
+            if self.lifecycle.attempt != attempt or cur.client is None:
                 return
-            load = await engine_load(sup.client, sup.base_url, sup.prep.api_key)
+            load = await engine_load(cur.client, cur.base_url, cur.prep.api_key)
             if load is None or not load.idle:
-                sup.metrics.fidelity_check("skipped_busy")
+                self.metrics.fidelity_check("skipped_busy")
                 continue
             result = await self.check(profile, None, at_ready=False)
-            if isinstance(result, FidelityFailed) and sup.lifecycle.attempt == attempt:
-                sup.feed(result)
+            if isinstance(result, FidelityFailed) and self.lifecycle.attempt == attempt:
+                self.feed(result)
                 return
 
 

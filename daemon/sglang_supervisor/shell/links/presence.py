@@ -8,16 +8,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.liveness import stop_extension
 from sglang_supervisor.core.rotation import Verdict, liveness, planned, readiness
 from sglang_supervisor.shell.checks.probe import engine_load
+from sglang_supervisor.shell.current import Current
 from sglang_supervisor.shell.engineproc.reaper import Reaper
 from sglang_supervisor.shell.links.fleet import GatewayAgent
-
-if TYPE_CHECKING:
-    from sglang_supervisor.shell.supervisor import Supervisor
+from sglang_supervisor.shell.telemetry.notify import Notifier
 
 # The loop's heartbeat (/livez, zombie reaping) and how old it may get before /livez fails.
 HEARTBEAT_S = 1.0
@@ -25,19 +28,22 @@ LIVENESS_STALE_S = 15.0
 
 
 class Presence:
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
+    def __init__(self, current: Current, lifecycle: Lifecycle, registry: CollectorRegistry,
+                 notifier: Notifier, engine_pid: Callable[[], int | None]) -> None:
+        self.current, self.lifecycle, self.registry = current, lifecycle, registry
+        self.notifier = notifier
+        self._engine_pid = engine_pid  # the running engine's, which its Popen reaps
         self.gateway: GatewayAgent | None = None
         self.draining = False
         self._heartbeat = time.monotonic()
         self._reaper = Reaper.for_this_process(self._known_children)
 
     def start(self) -> None:
-        sup = self.sup
-        gw = sup.config.gateway
+        cur = self.current
+        gw = cur.config.gateway
         if gw.enabled:
-            self.gateway = GatewayAgent(gw, sup.base_url, sup.config.state_dir, sup.metrics.registry,
-                                        api_key=sup.prep.gateway_key, engine_api_key=sup.prep.api_key)
+            self.gateway = GatewayAgent(gw, cur.base_url, cur.config.state_dir, self.registry,
+                                        api_key=cur.prep.gateway_key, engine_api_key=cur.prep.api_key)
             self.gateway.start()
 
     async def aclose(self) -> None:
@@ -49,7 +55,7 @@ class Presence:
         return self.gateway.status() if self.gateway else None
 
     def readiness(self) -> Verdict:
-        return readiness(self.sup.lifecycle.snapshot(time.monotonic()), draining=self.draining)
+        return readiness(self.lifecycle.snapshot(time.monotonic()), draining=self.draining)
 
     def liveness(self) -> Verdict:
         return liveness(time.monotonic() - self._heartbeat, stale_s=LIVENESS_STALE_S)
@@ -64,12 +70,12 @@ class Presence:
     def reap_all(self) -> None:
         """The end of the shutdown, as PID 1: every child left (the engine's, re-parented to us
         while it stopped) is reaped, waiting at most kill_s for those still dying."""
-        self._reaper.reap_all(self.sup.config.timeouts.kill_s)
+        self._reaper.reap_all(self.current.config.timeouts.kill_s)
 
     def _known_children(self) -> set[int]:
         """Our own children, reaped by whoever started them (Popen), never by the reaper."""
-        eng = self.sup.runner.engine
-        return {eng.proc.pid} if eng is not None else set()
+        pid = self._engine_pid()
+        return {pid} if pid is not None else set()
 
     def on_ready(self) -> None:
         self.draining = False
@@ -92,15 +98,15 @@ class Presence:
             return
         self.draining = True
         # systemd's stop (or reload) deadline must cover the drain that is about to happen.
-        config = self.sup.config
+        config = self.current.config
         t = config.timeouts
-        self.sup.notifier.extend_timeout(stop_extension(gateway_drain_s=config.gateway.drain_s,
+        self.notifier.extend_timeout(stop_extension(gateway_drain_s=config.gateway.drain_s,
                                                         drain_s=t.drain_s, kill_s=t.kill_s))
         await self.gateway.drain(reason, self._inflight)
 
     async def _inflight(self) -> int | None:
-        sup = self.sup
-        assert sup.client is not None
-        load = await engine_load(sup.client, sup.base_url, sup.prep.api_key,
-                                 timeout=sup.config.gateway.timeout_s)
+        cur = self.current
+        assert cur.client is not None
+        load = await engine_load(cur.client, cur.base_url, cur.prep.api_key,
+                                 timeout=cur.config.gateway.timeout_s)
         return None if load is None else load.running + load.queued

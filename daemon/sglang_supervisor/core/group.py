@@ -29,6 +29,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sglang_supervisor.core.config_report import FixableValueError
 from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.engine.graphs import rank_label
 
@@ -58,9 +59,6 @@ class GroupSettings(BaseModel):
 
     @model_validator(mode="after")
     def _secret(self) -> GroupSettings:
-        # Imported here: core.config imports this module for the `group:` block.
-        from sglang_supervisor.core.config import FixableValueError  # noqa: PLC0415
-
         if self.secret_file is not None and self.secret_credential is not None:
             raise FixableValueError("group.secret_file and group.secret_credential are both set",
                                     "keep one of them")

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from seedargs import NEXTN_SPEC
 from sglang_supervisor.core import logwatch
 from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, PrefillGraphDisabled
 from sglang_supervisor.engine.argv import tp_size
@@ -36,14 +37,7 @@ NEXTN = [
     "Qwen/Qwen3.6-27B",
     "--tp-size",
     "2",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
+    *NEXTN_SPEC,
     "--mamba-radix-cache-strategy",
     "extra_buffer",
     "--cuda-graph-backend-prefill",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from seedargs import NEXTN_SPEC
 from sglang_supervisor.core import audit
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.engine.argv import parse_flags
@@ -134,16 +135,7 @@ def test_mtp_is_not_an_algorithm_and_the_fix_names_nextn() -> None:
 
 
 def test_nextn_is_an_alias_and_needs_an_mtp_head_or_a_draft() -> None:
-    args = [
-        "--speculative-algorithm",
-        "NEXTN",
-        "--speculative-num-steps",
-        "3",
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        "4",
-    ]
+    args = [*NEXTN_SPEC]
     got = run(args)
     assert {"spec.nextn_alias", "spec.ok"} <= codes(got)
     no_head = parse_model_config({"architectures": ["LlamaForCausalLM"]})

@@ -112,12 +112,17 @@ def _venv(
     return python, "built"
 
 
+def _deps_venv_site(name: str, deps: list[str], what: str) -> Path:
+    """The site-packages of the cached venv `name` holding `deps` (built once, reused)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    python, why = _venv(CACHE / name, deps, " ".join(deps))
+    require(python is not None, f"cannot build the compat {name} venv ({what}): {why}", PYPI)
+    return next((CACHE / name / "lib").glob("python3*/site-packages"))
+
+
 @pytest.fixture(scope="session")
 def deps_site() -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    python, why = _venv(CACHE / "deps", DEPS, " ".join(DEPS))
-    require(python is not None, f"cannot build the compat deps venv (torch CPU, triton...): {why}", PYPI)
-    return next((CACHE / "deps" / "lib").glob("python3*/site-packages"))
+    return _deps_venv_site("deps", DEPS, "torch CPU, triton...")
 
 
 def sglang_python(version: str, deps: Path) -> str:
@@ -130,10 +135,7 @@ def sglang_python(version: str, deps: Path) -> str:
 
 @pytest.fixture(scope="session")
 def deps_tv_site() -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    python, why = _venv(CACHE / "deps-tv", DEPS_TV, " ".join(DEPS_TV))
-    require(python is not None, f"cannot build the compat deps-tv venv (torch+torchvision...): {why}", PYPI)
-    return next((CACHE / "deps-tv" / "lib").glob("python3*/site-packages"))
+    return _deps_venv_site("deps-tv", DEPS_TV, "torch+torchvision...")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -83,14 +82,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer()
 
     do_GET = do_DELETE = _answer
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    ds: list[Daemon] = []
-    yield ds
-    for d in ds:
-        d.close()
 
 
 def gateway_config(tmp_path: Path, url: str, **gateway: Any) -> dict[str, Any]:

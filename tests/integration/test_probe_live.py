@@ -4,6 +4,8 @@ measurement accuracy, and the monitor's decisions for a degraded, a busy and an 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -53,6 +55,22 @@ def monitor(engine: StubEngine, decisions: list[Any]) -> ThroughputMonitor:
                              profile="fast", primary="fast", nvml=Nvml(loader=_no_nvml))
 
 
+@contextlib.asynccontextmanager
+async def baselined(decisions: list[Any]) -> AsyncIterator[tuple[StubEngine, ThroughputMonitor]]:
+    """A 400 tok/s stub engine and its monitor, three ticks in (the baseline taken); both closed
+    when the block ends."""
+    engine = StubEngine(tokens_per_second=400.0)
+    await engine.start()
+    mon = monitor(engine, decisions)
+    try:
+        for _ in range(3):
+            await mon.tick()
+        yield engine, mon
+    finally:
+        await mon.aclose()
+        await engine.stop()
+
+
 def test_probe_agrees_with_the_configured_rate() -> None:
     async def go() -> tuple[float | None, float | None]:
         engine = StubEngine(tokens_per_second=300.0)
@@ -75,12 +93,7 @@ def test_degraded_engine_is_detected_confirmed_and_restarted() -> None:
     decisions: list[Any] = []
 
     async def go() -> ThroughputMonitor:
-        engine = StubEngine(tokens_per_second=400.0)
-        await engine.start()
-        mon = monitor(engine, decisions)
-        try:
-            for _ in range(3):
-                await mon.tick()
+        async with baselined(decisions) as (engine, mon):
             assert mon.baseline == pytest.approx(400.0, rel=0.05)
             engine.tokens_per_second = 200.0  # the `degrade:2` fault
             for _ in range(6):
@@ -88,9 +101,6 @@ def test_degraded_engine_is_detected_confirmed_and_restarted() -> None:
                     break
                 await mon.tick()
             return mon
-        finally:
-            await mon.aclose()
-            await engine.stop()
 
     mon = asyncio.run(go())
     assert decisions and isinstance(decisions[-1][0], RestartSame), decisions
@@ -102,21 +112,13 @@ def test_busy_engine_gets_no_probe_and_no_restart() -> None:
     decisions: list[Any] = []
 
     async def go() -> tuple[int, int]:
-        engine = StubEngine(tokens_per_second=400.0)
-        await engine.start()
-        mon = monitor(engine, decisions)
-        try:
-            for _ in range(3):
-                await mon.tick()
+        async with baselined(decisions) as (engine, mon):
             engine.extra_running = 5  # real traffic
             engine.tokens_per_second = 100.0  # and, under that load, slower streams
             before = engine.generated
             for _ in range(5):
                 await mon.tick()
             return engine.generated - before, mon.probes_skipped_busy
-        finally:
-            await mon.aclose()
-            await engine.stop()
 
     probe_tokens, skipped = asyncio.run(go())
     assert probe_tokens == 0 and skipped == 5
@@ -127,21 +129,13 @@ def test_eager_fallback_is_explained_not_restarted() -> None:
     decisions: list[Any] = []
 
     async def go() -> None:
-        engine = StubEngine(tokens_per_second=400.0)
-        await engine.start()
-        mon = monitor(engine, decisions)
-        try:
-            for _ in range(3):
-                await mon.tick()
+        async with baselined(decisions) as (engine, mon):
             engine.eager = True  # the `eager-fallback` fault: decode_none passes grow, 1.58x slower
             engine.tokens_per_second = 400.0 / 1.58
             for _ in range(6):
                 if decisions:
                     break
                 await mon.tick()
-        finally:
-            await mon.aclose()
-            await engine.stop()
 
     asyncio.run(go())
     assert len(decisions) == 1, decisions

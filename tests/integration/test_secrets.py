@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,14 +19,6 @@ from supervised import Daemon, base_config, free_port, start, stop_cleanly
 pytestmark = pytest.mark.integration
 
 KEY = "sk-test-7f3a9c1e5b2d4a6f"
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Daemon]]:
-    ds: list[Daemon] = []
-    yield ds
-    for d in ds:
-        d.close()
 
 
 def _process_tree_cmdlines(root: int) -> list[str]:

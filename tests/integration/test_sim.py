@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from seedargs import NEXTN_SPEC
 from sglang_supervisor.core import logwatch
 from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, EngineFailed, PrefillGraphDisabled
 from sglang_supervisor.engine.argv import tp_size
@@ -31,19 +32,13 @@ pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.17-h200"
 DEADLINE_S = 60.0
 SCALE = "0.02"
+READY_LINE = "The server is fired up and ready to roll!"
 NEXTN = [
     "--model-path",
     "Qwen/Qwen3.6-27B",
     "--tp-size",
     "2",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
+    *NEXTN_SPEC,
     "--mamba-radix-cache-strategy",
     "extra_buffer",
     "--cuda-graph-backend-prefill",
@@ -107,6 +102,14 @@ class Sim:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"{text!r} not logged; rc={self.proc.poll()}\n{self.log()[-3000:]!r}")
             time.sleep(0.05)
+
+    def wait_ready(self) -> None:
+        self.wait_log(READY_LINE)
+
+    def generate(self, max_new_tokens: int, timeout: float, text: str = "x") -> httpx.Response:
+        """One plain /generate request (no stream, the engine's default sampling)."""
+        return httpx.post(self.base + "/generate", timeout=timeout,
+                          json={"text": text, "sampling_params": {"max_new_tokens": max_new_tokens}})
 
     def wait_exit(self, timeout: float = DEADLINE_S) -> int:
         return self.proc.wait(timeout=timeout)
@@ -185,7 +188,7 @@ def test_tp2_nextn_launch_lifecycle(sims: list[Sim], tmp_path: Path) -> None:
                 assert b"max_total_num_tokens" in sim.log()
         time.sleep(0.02)
     assert refused_during_capture > 0
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
 
     events = sim.events()
     ends = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
@@ -291,7 +294,7 @@ def test_same_event_sequence_as_the_real_log(
     if faults:
         assert sim.wait_exit() == -9
     else:
-        sim.wait_log("The server is fired up and ready to roll!")
+        sim.wait_ready()
         sim.proc.send_signal(signal.SIGTERM)
         assert sim.wait_exit() == -9  # 0.5.17 ends a clean drain with kill_process_tree(include_parent)
     real = kinds(logwatch.parse_bytes((FIXTURES / fixture).read_bytes(), "0.5.17"))
@@ -324,7 +327,7 @@ def test_removed_flag_exits_2_under_0_5_23_and_works_under_legacy(sims: list[Sim
         .endswith(b"sglang serve: error: unrecognized arguments: --enforce-piecewise-cuda-graph")
     )
     legacy = start(sims, tmp_path, argv, {"SGLANG_SIM_VERSION": "legacy"})
-    legacy.wait_log("The server is fired up and ready to roll!")
+    legacy.wait_ready()
     assert b"Capture piecewise CUDA graph begin. avail mem=" in legacy.log()
     assert b"server_args=ServerArgs(" in legacy.log()
     assert httpx.get(legacy.base + "/ready", timeout=10).status_code == 404
@@ -395,7 +398,7 @@ def test_sigterm_before_http_kills_at_once(sims: list[Sim], tmp_path: Path) -> N
 
 def test_ignore_sigterm_needs_sigkill(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny"], {"SGLANG_SIM_FAULTS": "ignore-sigterm"})
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     sim.proc.send_signal(signal.SIGTERM)
     with pytest.raises(subprocess.TimeoutExpired):
         sim.proc.wait(timeout=1.0)
@@ -411,18 +414,16 @@ def test_watchdog_fires_while_a_request_is_stuck(sims: list[Sim], tmp_path: Path
         ["--model-path", "/tmp/tiny", "--watchdog-timeout", "30"],
         {"SGLANG_SIM_FAULTS": "watchdog@0"},
     )
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     with contextlib.suppress(httpx.HTTPError):
-        httpx.post(
-            sim.base + "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 4}}, timeout=5
-        )
+        sim.generate(4, timeout=5)
     assert sim.wait_exit() == -9
     assert b"Scheduler watchdog timeout (self.watchdog_timeout=30, self.soft=False)" in sim.log()
 
 
 def test_hang_while_serving_turns_health_503(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny"], {"SGLANG_SIM_FAULTS": "hang:serving@0"})
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     assert httpx.get(sim.base + "/health", timeout=10).status_code == 503
     assert httpx.get(sim.base + "/model_info", timeout=10).status_code == 200
     assert b"Health check failed. Server couldn't get a response from detokenizer" in sim.log()
@@ -435,20 +436,18 @@ def test_eager_fallback_and_degrade_show_in_rates_and_logs(sims: list[Sim], tmp_
         ["--model-path", "/tmp/tiny", "--decode-log-interval", "10"],
         {"SGLANG_SIM_FAULTS": "eager-fallback@0,degrade:0.5@0"},
     )
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     time.sleep(0.2)
     info = httpx.get(sim.base + "/server_info", timeout=10).json()["sim"]
     assert info["eager"] is True and info["rate_multiplier"] == 0.5
     assert info["current_single_stream_tps"] == pytest.approx(info["single_stream_tps_eager"] * 0.5, rel=0.01)
-    httpx.post(
-        sim.base + "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 30}}, timeout=30
-    )
+    sim.generate(30, timeout=30)
     assert b"cuda graph: False, gen throughput" in sim.log()
 
 
 def test_api_key_enforced_except_health_and_metrics(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny", "--api-key", "s3cret", "--enable-metrics"])
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     assert b"'api_key': 's3cret'" in sim.log()  # SGLang prints it unredacted; the supervisor redacts
     assert httpx.get(sim.base + "/model_info", timeout=10).status_code == 401
     ok = httpx.get(sim.base + "/model_info", headers={"Authorization": "Bearer s3cret"}, timeout=10)
@@ -459,7 +458,7 @@ def test_api_key_enforced_except_health_and_metrics(sims: list[Sim], tmp_path: P
 
 def test_openai_routes(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny"])
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     models = httpx.get(sim.base + "/v1/models", timeout=10).json()
     assert models["data"][0]["id"] == "/tmp/tiny"
     done = httpx.post(sim.base + "/v1/completions", json={"prompt": "hi", "max_tokens": 5}, timeout=10).json()
@@ -478,9 +477,8 @@ def test_request_records_and_access_lines_on_stdout_the_log_on_stderr(sims: list
     # SGLang 0.5.8+: the request logger's own StreamHandler(sys.stdout) and uvicorn's access
     # handler write to stdout; SGLang's log (ready line, uvicorn's startup) to stderr.
     sim = start(sims, tmp_path, ["--model-path", "/tmp/tiny", "--log-requests"])
-    sim.wait_log("The server is fired up and ready to roll!")
-    r = httpx.post(sim.base + "/generate", timeout=10,
-                   json={"text": "hello there", "sampling_params": {"max_new_tokens": 2}})
+    sim.wait_ready()
+    r = sim.generate(2, timeout=10, text="hello there")
     assert r.status_code == 200
     deadline = time.monotonic() + DEADLINE_S
     while not all(t in sim.out_path.read_bytes() for t in (b"text='hello there'", b"POST /generate")):
@@ -496,7 +494,7 @@ def test_request_records_and_access_lines_on_stdout_the_log_on_stderr(sims: list
 
 def test_idle_server_uses_little_cpu(sims: list[Sim], tmp_path: Path) -> None:
     sim = start(sims, tmp_path, NEXTN)
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     time.sleep(0.5)
 
     def group_cpu_s() -> float:
@@ -530,7 +528,7 @@ def test_the_ready_gate_is_settled_by_what_the_engine_logs(sims: list[Sim], tmp_
     CUDA graph because` line of that rank by the time the engine says it is ready."""
     argv = [*FIXTURE_FLAGS, *extra]
     sim = start(sims, tmp_path, argv, {"SGLANG_SIM_VERSION": version})
-    sim.wait_log("The server is fired up and ready to roll!")
+    sim.wait_ready()
     events = sim.events(version)
     ended = {(e.owner, e.phase, e.rank) for e in events if isinstance(e, CaptureEnded)}
     off = [e.rank for e in events if isinstance(e, PrefillGraphDisabled)]

@@ -83,19 +83,19 @@ def expected_order() -> list[str]:
     return sorted(model, key=lambda n: -throughput.single_stream_tps(model[n]))
 
 
+def run_tune(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`sglang-supervisor tune --config PATH ARGS`, as an operator runs it."""
+    return subprocess.run([sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), *args],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
 def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Path) -> None:
     require(
         importlib.util.find_spec("sglang_supervisor.simulator.cli") is not None,
         "the SGLang simulator (sglang_supervisor.simulator.cli) is not available",
     )
     path = write_config(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "2", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_tune(path, "--rounds", "2", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     ranking = report["ranking"]
@@ -136,10 +136,7 @@ def test_tune_measures_the_derived_profile_run_would_start_after_a_failure(tmp_p
     ]
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump(data))
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "1", "--json"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    proc = run_tune(path, "--rounds", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     by_name = {r["profile"]: r for r in report["ranking"]}
@@ -158,9 +155,7 @@ def test_tune_measures_the_derived_profile_run_would_start_after_a_failure(tmp_p
     assert store.last_good(fp) == "graphs-graph-bs-128"
     assert fs.derived["graphs-graph-bs-128"].args == {"cuda-graph-max-bs-decode": 128}
     assert set(fs.bad) == {"graphs"}
-    table = subprocess.run(
-        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "1",
-         "--profiles", "graphs"], capture_output=True, text=True, timeout=600, check=False)
+    table = run_tune(path, "--rounds", "1", "--profiles", "graphs")
     assert "derived: graphs-graph-bs-128 = graphs with --cuda-graph-max-bs-decode 256 -> 128" in table.stdout
 
 
@@ -203,10 +198,7 @@ def test_tune_decides_ready_and_failure_as_the_daemon(tmp_path: Path) -> None:
     ]
     path = tmp_path / "tune.yaml"
     path.write_text(yaml.safe_dump(data))
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_supervisor", "tune", "--config", str(path), "--rounds", "1", "--json"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    proc = run_tune(path, "--rounds", "1", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     by_name = {r["profile"]: r for r in report["ranking"]}

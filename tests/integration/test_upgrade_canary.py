@@ -70,6 +70,13 @@ def upgrade(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
                               "PYTHONPATH", "")})
 
 
+def doctor_findings(config: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """`doctor --json` on the daemon's configuration: its findings by code, and what it printed."""
+    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config", str(config),
+                             "--json"], capture_output=True, text=True, timeout=120, check=False)
+    return {f["code"]: f for f in json.loads(doctor.stdout)["findings"]}, doctor.stdout
+
+
 def trial(daemons: list[Daemon], tmp_path: Path, decode_tps: float, faults: str = "",
           fidelity_reference: bool = False) -> tuple[Daemon, str, str]:
     data, address = current_config(tmp_path)
@@ -139,11 +146,8 @@ def test_a_slower_candidate_is_rolled_back_and_the_old_release_serves_again(
     assert d.event("upgrade.not_retried", after=n)["python"] == python
     assert not [e for e in d.events[n:] if e.get("event") == "upgrade.canary_begin"]
     # doctor lists the remembered release and warns about the last verdict
-    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
-                             str(d.config_path), "--json"], capture_output=True, text=True,
-                            timeout=120, check=False)
-    codes = {f["code"]: f for f in json.loads(doctor.stdout)["findings"]}
-    assert "rolled back" in codes["upgrade.last_verdict"]["what"], doctor.stdout[-2000:]
+    codes, doctor_out = doctor_findings(d.config_path)
+    assert "rolled back" in codes["upgrade.last_verdict"]["what"], doctor_out[-2000:]
     assert CANDIDATE in codes["upgrade.release"]["what"]
     stop_cleanly(d)
 
@@ -220,11 +224,8 @@ def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(
     assert st["in_place"]["from"] == CURRENT and st["in_place"]["to"] == CANDIDATE
     book = (tmp_path / "state" / "demo.releases.json").read_text()
     assert '"old_release": true' in book  # the old release's numbers stay, marked
-    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
-                             str(again.config_path), "--json"], capture_output=True, text=True,
-                            timeout=120, check=False)
-    codes = {f["code"] for f in json.loads(doctor.stdout)["findings"]}
-    assert "upgrade.in_place" in codes, doctor.stdout[-2000:]
+    codes, doctor_out = doctor_findings(again.config_path)
+    assert "upgrade.in_place" in codes, doctor_out[-2000:]
     stop_cleanly(again)
 
 
@@ -254,11 +255,8 @@ def test_a_faster_candidate_with_garbage_outputs_is_rolled_back_for_fidelity(
     assert st["upgrade"]["last_verdict"]["fidelity"] == "fail"
     book = json.loads((tmp_path / "state" / "demo.releases.json").read_text())
     assert book["releases"][-1]["fidelity"] == "fail" and book["releases"][-1]["python"] == python
-    doctor = subprocess.run([sys.executable, "-m", "sglang_supervisor", "doctor", "--config",
-                             str(d.config_path), "--json"], capture_output=True, text=True,
-                            timeout=120, check=False)
-    codes = {f["code"]: f for f in json.loads(doctor.stdout)["findings"]}
-    assert "fidelity fail" in codes["upgrade.release"]["what"], doctor.stdout[-2000:]
+    codes, doctor_out = doctor_findings(d.config_path)
+    assert "fidelity fail" in codes["upgrade.release"]["what"], doctor_out[-2000:]
     assert "fidelity reference" in codes["upgrade.last_verdict"]["fix"]
     stop_cleanly(d)
 

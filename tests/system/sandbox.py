@@ -28,7 +28,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 SYSTEMD = Path("/lib/systemd/systemd")
+EXAMPLES = Path("/usr/share/sglang-supervisor/examples")  # /etc holds only operator files
 
 # Units that must never run in a sandbox sharing the host's root file system and kernel.
 MASKED_UNITS = (
@@ -407,3 +410,17 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def unit_demo_config(name: str) -> dict[str, Any]:
+    """The packaged demo configuration as unit `sglang-supervisor@NAME` runs it: under the unit's
+    directories, metrics on a free loopback port, logs to the journal, a short drain and kill."""
+    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
+    cfg["name"] = name
+    cfg["state_dir"] = "/var/lib/sglang-supervisor"
+    cfg["engine"]["port"] = free_port()
+    cfg["engine"]["log_file"] = f"/var/log/sglang-supervisor/{name}-engine.log"
+    cfg["metrics"]["address"] = f"127.0.0.1:{free_port()}"
+    cfg["logging"]["format"] = "journald"
+    cfg["timeouts"].update(drain_s=5, kill_s=5)
+    return cfg

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import TEST_DROPIN, Sandbox, free_port
+from system.sandbox import TEST_DROPIN, Sandbox, free_port, unit_demo_config
 
 pytestmark = pytest.mark.system
 
@@ -28,7 +28,6 @@ NAME = "systest-ops"
 UNIT = f"sglang-supervisor@{NAME}.service"
 CONFIG = Path("/etc/sglang-supervisor") / f"{NAME}.yaml"
 STATE = Path("/var/lib/sglang-supervisor") / f"{NAME}.state.json"
-EXAMPLES = Path("/usr/share/sglang-supervisor/examples")  # /etc holds only operator files
 START_S = 120.0
 # tuned's prefill graph capture fails (the simulator's fault, matching only tuned's command line);
 # in a drop-in, so the configuration and its fingerprint stay the same when it is removed
@@ -38,14 +37,7 @@ Environment=SGLANG_SIM_FAULTS=capture-fail:prefill:error+when=--enable-single-ba
 
 
 def demo_config() -> dict[str, Any]:
-    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
-    cfg["name"] = NAME
-    cfg["state_dir"] = "/var/lib/sglang-supervisor"
-    cfg["engine"]["port"] = free_port()
-    cfg["engine"]["log_file"] = f"/var/log/sglang-supervisor/{NAME}-engine.log"
-    cfg["metrics"]["address"] = f"127.0.0.1:{free_port()}"
-    cfg["logging"]["format"] = "journald"
-    cfg["timeouts"].update(drain_s=5, kill_s=5)
+    cfg = unit_demo_config(NAME)
     cfg["restart"].update(known_bad_ttl_s=7 * 86400)
     return cfg
 

@@ -19,27 +19,18 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import TEST_DROPIN, Sandbox, free_port
+from system.sandbox import TEST_DROPIN, Sandbox, unit_demo_config
 
 pytestmark = pytest.mark.system
 
 NAME = "systest-wait"
 UNIT = f"sglang-supervisor@{NAME}.service"
 CONFIG = Path("/etc/sglang-supervisor") / f"{NAME}.yaml"
-EXAMPLES = Path("/usr/share/sglang-supervisor/examples")
 START_S = 120.0
 
 
 def demo_config() -> dict[str, Any]:
-    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
-    cfg["name"] = NAME
-    cfg["state_dir"] = "/var/lib/sglang-supervisor"
-    cfg["engine"]["port"] = free_port()
-    cfg["engine"]["log_file"] = f"/var/log/sglang-supervisor/{NAME}-engine.log"
-    cfg["metrics"]["address"] = f"127.0.0.1:{free_port()}"
-    cfg["logging"]["format"] = "journald"
-    cfg["timeouts"].update(drain_s=5, kill_s=5)
-    return cfg
+    return unit_demo_config(NAME)
 
 
 def diagnose(box: Sandbox) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import TEST_DROPIN, Sandbox, free_port
+from system.sandbox import EXAMPLES, TEST_DROPIN, Sandbox, unit_demo_config
 from tiers import apt_fix, require
 
 pytestmark = pytest.mark.system
@@ -33,7 +33,6 @@ pytestmark = pytest.mark.system
 UNIT = "sglang-qwen.service"
 ETC = Path("/etc/sglang-supervisor")
 QWEN_YAML = ETC / "qwen.yaml"
-EXAMPLES = Path("/usr/share/sglang-supervisor/examples")
 BROKEN = "systest-broken"
 REPO = Path(__file__).resolve().parents[2]
 # generous bounds, so a slow CI machine is not a failure; the simulator's clock runs fast
@@ -42,15 +41,9 @@ START_S = 120.0
 
 def demo_config(**overrides: Any) -> dict[str, Any]:
     """The packaged demo configuration, placed where the unit's directories are."""
-    cfg: dict[str, Any] = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
-    cfg["name"] = "qwen"
-    cfg["state_dir"] = "/var/lib/sglang-supervisor"
-    cfg["engine"]["port"] = free_port()
-    cfg["engine"]["log_file"] = "/var/log/sglang-supervisor/qwen-engine.log"
-    cfg["metrics"]["address"] = f"127.0.0.1:{free_port()}"
-    cfg["logging"]["format"] = "journald"
+    cfg = unit_demo_config("qwen")
     # an engine that stops answering is noticed within seconds
-    cfg["timeouts"].update(health_interval_s=1, health_timeout_s=2, health_failures=2, drain_s=5, kill_s=5)
+    cfg["timeouts"].update(health_interval_s=1, health_timeout_s=2, health_failures=2)
     for key, value in overrides.items():
         cfg[key] = value
     return cfg

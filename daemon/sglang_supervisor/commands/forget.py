@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from sglang_supervisor.core.config import ConfigError, did_you_mean
+from sglang_supervisor.commands.loadconfig import load_or_report
+from sglang_supervisor.core.config import did_you_mean
 from sglang_supervisor.core.exitcodes import ExitCode
-from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.files.state import STATE_FILE, StateStore, state_file_name
 
 
@@ -27,10 +27,8 @@ def _when(at: float) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config, on_warning=lambda w: None)
-    except ConfigError as exc:
-        print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
+    config = load_or_report(args.config)
+    if config is None:
         return int(ExitCode.CONFIG)
     directory = Path(config.state_dir)
     if not (directory / state_file_name(config.name)).exists() and not (directory / STATE_FILE).exists():

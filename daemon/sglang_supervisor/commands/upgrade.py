@@ -18,11 +18,11 @@ import sys
 
 import httpx
 
+from sglang_supervisor.commands.loadconfig import load_or_report
 from sglang_supervisor.core.config import Config, ConfigError
 from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.upgradeplan import UpgradePlan, plan_text
 from sglang_supervisor.engine.detect import detect_engine_version
-from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.upgradecheck import check_candidate
 from sglang_supervisor.shell.upgrades import startup_config, write_request
 
@@ -55,10 +55,8 @@ def _report(plan: UpgradePlan, as_json: bool) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        written = load_config(args.config, on_warning=lambda w: None)
-    except ConfigError as exc:
-        print(ConfigError(exc.problems, args.config).report(), file=sys.stderr)
+    written = load_or_report(args.config)
+    if written is None:
         return int(ExitCode.CONFIG)
     python = _candidate(args, written)
     if not python:

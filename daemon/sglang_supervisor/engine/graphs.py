@@ -196,15 +196,18 @@ def _prefill(flags: Flags, version: str, model: ModelInfo | None) -> PhaseVerdic
     # 0.5.14: the default tc_piecewise graph goes off by the <=0.5.13 rule list.
     off = _breakable_off_rules(flags, model) if breakable_default else _piecewise_off_rules(flags, model)
     if off:
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            tuple(off),
+        return _prefill_off(
+            off,
             f"--cuda-graph-backend-prefill {default} forces it (locks the choice and skips "
             "these auto-disable rules; test it: SGLang disabled it for a reason)",
         )
     return PhaseVerdict("prefill", True, default, (*notes, *soft), certain=not soft)
+
+
+def _prefill_off(rules: list[str], fix: str) -> PhaseVerdict:
+    """The prefill graph went off by SGLang's auto-disable `rules` (whichever release's list);
+    `fix` is the flag that forces it on there."""
+    return PhaseVerdict("prefill", False, None, tuple(rules), fix)
 
 
 def _eagle_target_skip(flags: Flags, version: str, backend: str) -> str | None:
@@ -258,13 +261,7 @@ def _legacy_prefill(flags: Flags, model: ModelInfo | None) -> PhaseVerdict:
         )
     off = _piecewise_off_rules(flags, model)
     if off:
-        return PhaseVerdict(
-            "prefill",
-            False,
-            None,
-            tuple(off),
-            "--enforce-piecewise-cuda-graph forces it on this version (test it first)",
-        )
+        return _prefill_off(off, "--enforce-piecewise-cuda-graph forces it on this version (test it first)")
     # Without the model's config.json the architecture rules are unknown, and no line says that
     # the piecewise graph went off: on, but not certain.
     return PhaseVerdict("prefill", True, "piecewise", (), certain=model is not None)

@@ -565,12 +565,7 @@ def rank_script(cfg: SimConfig, rank: int, faults: tuple[Fault, ...]) -> list[St
     if cfg.decode_graph:
         phase = "verify" if cfg.speculative else "decode"
         per_req = cfg.spec_draft_tokens if cfg.speculative else 1
-        header = (
-            f"Capture cuda graph begin. This can take up to several minutes. avail mem={p.avail:.2f} GB"
-            if legacy
-            else f"Capture target {phase} CUDA graph begin. backend={cfg.decode_backend}, "
-            f"num_tokens_per_req={per_req}, bs={bs}, avail mem={p.avail:.2f} GB"
-        )
+        header = _batch_graph_header(p, legacy, "", f"target {phase}", per_req, bs)
         secs = t["target_verify"] if cfg.speculative else t["decode"]
         _capture(
             p,
@@ -623,23 +618,21 @@ def _draft_graphs(p: _Phases, bs: list[int], draft_prefill: bool, legacy: bool) 
             0.13,
         )
     bs_desc = [f"Capturing batches (bs={b} avail_mem={p.avail:.2f} GB)" for b in reversed(bs)]
-    if cfg.spec_steps > 1:
-        header = (
-            f"Capture draft cuda graph begin. This can take up to several minutes. avail mem={p.avail:.2f} GB"
-            if legacy
-            else f"Capture draft decode CUDA graph begin. backend={cfg.decode_backend}, "
-            f"num_tokens_per_req={cfg.spec_topk}, bs={bs}, avail mem={p.avail:.2f} GB"
-        )
-        _capture(
-            p, "draft", "decode", "draft-decode", header, bs_desc, t["draft_decode"], 0.04, on_all_ranks=False
-        )
-    header = (
-        "Capture draft extend cuda graph begin. This can take up to several minutes. "
-        f"avail mem={p.avail:.2f} GB"
-        if legacy
-        else f"Capture draft extend CUDA graph begin. backend={cfg.decode_backend}, "
-        f"num_tokens_per_req={cfg.spec_draft_tokens}, bs={bs}, avail mem={p.avail:.2f} GB"
-    )
-    _capture(
-        p, "draft", "extend", "draft-extend", header, bs_desc, t["draft_extend"], 0.04, on_all_ranks=False
-    )
+    phases = [("decode", "draft ", cfg.spec_topk)] if cfg.spec_steps > 1 else []
+    for phase, legacy_name, per_req in [*phases, ("extend", "draft extend ", cfg.spec_draft_tokens)]:
+        header = _batch_graph_header(p, legacy, legacy_name, f"draft {phase}", per_req, bs)
+        _capture(p, "draft", phase, f"draft-{phase}", header, bs_desc, t[f"draft_{phase}"], 0.04,
+                 on_all_ranks=False)
+
+
+def _batch_graph_header(  # noqa: PLR0917 - the begin line's parts, each differing per graph
+    p: _Phases, legacy: bool, legacy_name: str, name: str, per_req: int, bs: list[int]
+) -> str:
+    """The begin line of a graph captured per batch size (target decode or verify, draft decode
+    or extend): before 0.5.14 one wording (`Capture draft cuda graph begin.`), after it the
+    per-phase one naming backend, tokens per request and batch sizes."""
+    if legacy:
+        return (f"Capture {legacy_name}cuda graph begin. This can take up to several minutes. "
+                f"avail mem={p.avail:.2f} GB")
+    return (f"Capture {name} CUDA graph begin. backend={p.cfg.decode_backend}, "
+            f"num_tokens_per_req={per_req}, bs={bs}, avail mem={p.avail:.2f} GB")

@@ -228,16 +228,14 @@ def test_live_only_without_config(
     assert json.loads(capsys.readouterr().out)["live"] == {"url": "http://x:1"}
 
 
-class _Listener:
-    """An HTTP server on a free loopback port: SGLang's /model_info, or a stranger's 404."""
+class _OnePathServer:
+    """An HTTP server on a free loopback port: GET `path` gets `status` and `body`, any other path
+    a 404 with the same body."""
 
-    def __init__(self, model_info: dict[str, object] | None) -> None:
-        body = json.dumps(model_info).encode() if model_info is not None else b"not found"
-        status = 200 if model_info is not None else 404
-
+    def __init__(self, path: str, status: int, body: bytes) -> None:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                self.send_response(status if self.path == "/model_info" else 404)
+                self.send_response(status if self.path == path else 404)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -247,12 +245,21 @@ class _Listener:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _Listener(_OnePathServer):
+    """SGLang's /model_info, or a stranger's 404."""
+
+    def __init__(self, model_info: dict[str, object] | None) -> None:
+        if model_info is None:
+            super().__init__("/model_info", 404, b"not found")
+        else:
+            super().__init__("/model_info", 200, json.dumps(model_info).encode())
 
 
 @pytest.mark.parametrize("sglang", [True, False])
@@ -405,29 +412,11 @@ def test_a_value_of_the_wrong_type_is_an_error_finding(tmp_path: Path,
     assert any("invalid int value 'banana'" in json.dumps(f) for f in errors), errors
 
 
-class _StatusServer:
-    """A running supervisor's metrics listener on a free loopback port, answering /status."""
+class _StatusServer(_OnePathServer):
+    """A running supervisor's metrics listener, answering /status."""
 
     def __init__(self, doc: dict[str, object]) -> None:
-        body = json.dumps(doc).encode()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200 if self.path == "/status" else 404)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__("/status", 200, json.dumps(doc).encode())
 
 
 @pytest.mark.parametrize("stale", [True, False])

@@ -34,6 +34,7 @@ from sglang_supervisor.core.logwatch import (
     root_failure,
     summarize,
 )
+from splitfeed import feed_in_pieces
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.17-h200"
 
@@ -335,14 +336,7 @@ def test_splitter_invalid_utf8() -> None:
 def test_splitting_is_chunking_invariant(data: bytes, cuts: list[int]) -> None:
     whole = LineSplitter()
     expected = whole.feed(data) + whole.flush()
-    chunked = LineSplitter()
-    got: list[str] = []
-    pos = 0
-    for n in cuts:
-        got += chunked.feed(data[pos : pos + n])
-        pos += n
-    got += chunked.feed(data[pos:]) + chunked.flush()
-    assert got == expected
+    assert feed_in_pieces(LineSplitter(), data, cuts) == expected
 
 
 @settings(max_examples=150, deadline=None)

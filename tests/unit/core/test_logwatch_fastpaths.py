@@ -16,6 +16,7 @@ from sglang_supervisor.core import logstats, logwatch
 from sglang_supervisor.core.events import DecodeStats, EngineEvent, PrefillStats
 from sglang_supervisor.core.logwatch import TRUNCATED_MARK, LineSplitter, LogParser
 from sglang_supervisor.engine import patterns as P
+from splitfeed import feed_in_pieces
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.17-h200"
 
@@ -43,14 +44,7 @@ def test_splitter_matches_reference_for_any_chunking(
     pieces: list[bytes], cuts: list[int], max_line: int
 ) -> None:
     data = b"".join(pieces)
-    splitter = LineSplitter(max_line)
-    got: list[str] = []
-    pos = 0
-    for n in cuts:
-        got += splitter.feed(data[pos : pos + n])
-        pos += n
-    got += splitter.feed(data[pos:]) + splitter.flush()
-    assert got == reference_lines(data, max_line)
+    assert feed_in_pieces(LineSplitter(max_line), data, cuts) == reference_lines(data, max_line)
 
 
 @settings(max_examples=200, deadline=None)

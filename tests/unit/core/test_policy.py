@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lifecycle_driver import LifecycleDriver
 from sglang_supervisor.core.actions import (
     Action,
     Exit,
@@ -61,7 +62,6 @@ from sglang_supervisor.core.inputs import (
     StopRequested,
     TimerFired,
 )
-from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.lifecycle_base import STATUS_REFRESH_S
 from sglang_supervisor.core.phases import Phase
 
@@ -82,35 +82,18 @@ def events(actions: list[Action]) -> list[str]:
     return [a.event for a in actions if isinstance(a, Log)]
 
 
-class Driver:
-    """Feeds inputs with a fake clock and remembers every action."""
-
+class Driver(LifecycleDriver):
     def __init__(self, **kw: object) -> None:
         kw.setdefault("profiles", LADDER)
         kw.setdefault("remediation", {"prefill_graph_failed": "no-prefill-graph",
                                       "capture_oom": "low-mem", "default": "next"})
-        self.lc = Lifecycle(Settings(**kw))  # type: ignore[arg-type]
-        self.now = 0.0
-        self.log: list[Action] = []
-
-    def feed(self, *inputs: object, dt: float = 1.0) -> list[Action]:
-        out: list[Action] = []
-        for inp in inputs:
-            self.now += dt
-            out += self.lc.handle(inp, self.now)  # type: ignore[arg-type]
-        self.log += out
-        return out
+        super().__init__(Settings(**kw))  # type: ignore[arg-type]
 
     def start(self, expected: frozenset = TP2) -> Launch:
-        acts = self.feed(Start())
-        launch = of(acts, Launch)[-1]
-        self.feed(Launched(launch.attempt, 100 + launch.attempt, expected))
-        return launch
+        return self.answer_launch(self.feed(Start()), expected)
 
     def relaunched(self, acts: list[Action], expected: frozenset = TP2) -> Launch:
-        launch = of(acts, Launch)[-1]
-        self.feed(Launched(launch.attempt, 100 + launch.attempt, expected))
-        return launch
+        return self.answer_launch(acts, expected)
 
     def capture_all(self, ranks: tuple[str, ...] = ("TP0", "TP1")) -> list[Action]:
         out = self.feed(WeightsLoadBegan(1, "TP0", 10.0))

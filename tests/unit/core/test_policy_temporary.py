@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lifecycle_driver import LifecycleDriver
 from sglang_supervisor.core.actions import (
     Action,
     CancelTimer,
@@ -35,7 +36,6 @@ from sglang_supervisor.core.inputs import (
     TemporaryCleared,
     TimerFired,
 )
-from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import Phase
 
 LADDER = ("primary", "no-prefill-graph", "eager")
@@ -49,28 +49,15 @@ def of(actions: list[Action], kind: type) -> list:
     return [a for a in actions if isinstance(a, kind)]
 
 
-class Driver:
-    """Feeds inputs with a fake clock (each input `dt` later) and remembers every action."""
-
+class Driver(LifecycleDriver):
     def __init__(self, **kw: object) -> None:
-        self.lc = Lifecycle(Settings(profiles=LADDER, **kw))  # type: ignore[arg-type]
-        self.now = 0.0
-        self.log: list[Action] = []
-
-    def feed(self, *inputs: object, dt: float = 1.0) -> list[Action]:
-        out: list[Action] = []
-        for inp in inputs:
-            self.now += dt
-            out += self.lc.handle(inp, self.now)  # type: ignore[arg-type]
-        self.log += out
-        return out
+        super().__init__(Settings(profiles=LADDER, **kw))  # type: ignore[arg-type]
 
     def start(self) -> None:
         self.relaunched(self.feed(Start()))
 
     def relaunched(self, acts: list[Action]) -> None:
-        launch = of(acts, Launch)[-1]
-        self.feed(Launched(launch.attempt, 100 + launch.attempt, frozenset()))
+        self.answer_launch(acts, frozenset())
 
     def to_ready(self) -> None:
         self.feed(CaptureBegan(2, None, "target", "decode", "full"),

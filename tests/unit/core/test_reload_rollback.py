@@ -7,6 +7,7 @@ exit 78; a new command that reaches READY disarms it."""
 
 from __future__ import annotations
 
+from lifecycle_driver import LifecycleDriver
 from sglang_supervisor.core.actions import Action, Exit, Launch, Log, MarkBad, RollBack, StopEngine
 from sglang_supervisor.core.events import (
     CaptureBegan,
@@ -21,7 +22,6 @@ from sglang_supervisor.core.exitcodes import ExitCode
 from sglang_supervisor.core.inputs import (
     STALL_TIMER,
     EngineExited,
-    Launched,
     LaunchFailed,
     ProbeOk,
     ReloadRequested,
@@ -29,29 +29,18 @@ from sglang_supervisor.core.inputs import (
     Start,
     TimerFired,
 )
-from sglang_supervisor.core.lifecycle import Lifecycle
 
 OLD = ("tuned", "no-prefill-graph", "eager")
 NEW = ("fast", "no-prefill-graph", "eager")
 CAPTURES = frozenset({("target", "decode", "TP0")})
 
 
-class Run:
+class Run(LifecycleDriver):
     def __init__(self) -> None:
-        self.lc = Lifecycle(Settings(profiles=OLD, remediation={"default": "next"}))
-        self.now = 0.0
-
-    def feed(self, *inputs: object) -> list[Action]:
-        out: list[Action] = []
-        for inp in inputs:
-            self.now += 1.0
-            out += self.lc.handle(inp, self.now)  # type: ignore[arg-type]
-        return out
+        super().__init__(Settings(profiles=OLD, remediation={"default": "next"}))
 
     def launched(self, acts: list[Action]) -> Launch:
-        launch = [a for a in acts if isinstance(a, Launch)][-1]
-        self.feed(Launched(launch.attempt, 100 + launch.attempt, CAPTURES))
-        return launch
+        return self.answer_launch(acts, CAPTURES)
 
     def to_ready(self) -> list[Action]:
         return self.feed(WeightsLoadBegan(1, "TP0", 1.0), CaptureBegan(2, "TP0", "target", "decode", "full"),

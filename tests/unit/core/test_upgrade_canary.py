@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from lifecycle_driver import LifecycleDriver
 from sglang_supervisor.core.actions import (
     Action,
     CanaryJudged,
@@ -24,13 +25,11 @@ from sglang_supervisor.core.events import CaptureBegan, CaptureEnded, HttpUp, Se
 from sglang_supervisor.core.inputs import (
     EngineExited,
     FidelityFailed,
-    Launched,
     ProbeOk,
     ReloadRequested,
     Settings,
     Start,
 )
-from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.upgradeplan import candidate_config, plan_text, plan_upgrade
 from sglang_supervisor.shell.files.configfile import default_demo_config_path
 
@@ -122,22 +121,12 @@ LADDER = ("tuned", "no-prefill-graph", "eager")
 CAPTURES = frozenset({("target", "decode", "TP0")})
 
 
-class Run:
+class Run(LifecycleDriver):
     def __init__(self) -> None:
-        self.lc = Lifecycle(Settings(profiles=LADDER, remediation={"default": "next"}))
-        self.now = 0.0
-
-    def feed(self, *inputs: object) -> list[Action]:
-        out: list[Action] = []
-        for inp in inputs:
-            self.now += 1.0
-            out += self.lc.handle(inp, self.now)  # type: ignore[arg-type]
-        return out
+        super().__init__(Settings(profiles=LADDER, remediation={"default": "next"}))
 
     def launched(self, acts: list[Action]) -> Launch:
-        launch = [a for a in acts if isinstance(a, Launch)][-1]
-        self.feed(Launched(launch.attempt, 100 + launch.attempt, CAPTURES))
-        return launch
+        return self.answer_launch(acts, CAPTURES)
 
     def to_probe(self, tok_s: float) -> list[Action]:
         return self.feed(WeightsLoadBegan(1, "TP0", 1.0),

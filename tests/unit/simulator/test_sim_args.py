@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from seedargs import NEXTN_SPEC
 from sglang_supervisor.simulator import cli
 from sglang_supervisor.simulator.args import SimArgsError, load_config
 
 BASE = ["--model-path", "Qwen/Qwen3.6-27B", "--port", "30000"]
-SEED_NEXTN = [
-    *BASE,
-    "--tp-size",
-    "2",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
+SEED_NEXTN = [*BASE, "--tp-size", "2", *NEXTN_SPEC]
 
 
 def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from seedargs import NEXTN_SPEC
 from sglang_supervisor.engine.argv import parse_flags
 from sglang_supervisor.engine.graphs import graph_phases
 from sglang_supervisor.simulator.args import active_faults, load_config
@@ -11,19 +12,7 @@ from sglang_supervisor.simulator.logfmt import line, progress_frames, rank_prefi
 from sglang_supervisor.simulator.startup import Step, rank_script
 
 BASE = ["--model-path", "Qwen/Qwen3.6-27B", "--port", "30000"]
-NEXTN = [
-    *BASE,
-    "--tp-size",
-    "2",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
+NEXTN = [*BASE, "--tp-size", "2", *NEXTN_SPEC]
 
 
 def script(argv: list[str], rank: int = 0, env: dict[str, str] | None = None) -> list[Step]:

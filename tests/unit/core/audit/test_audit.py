@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from seedargs import NEXTN_SPEC
 from sglang_supervisor.core import audit
 from sglang_supervisor.core.audit import Finding, HostFacts, ProfileView
 from sglang_supervisor.engine.argv import parse_flags
@@ -134,16 +135,7 @@ def test_mtp_is_not_an_algorithm_and_the_fix_names_nextn() -> None:
 
 
 def test_nextn_is_an_alias_and_needs_an_mtp_head_or_a_draft() -> None:
-    args = [
-        "--speculative-algorithm",
-        "NEXTN",
-        "--speculative-num-steps",
-        "3",
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        "4",
-    ]
+    args = [*NEXTN_SPEC]
     got = run(args)
     assert {"spec.nextn_alias", "spec.ok"} <= codes(got)
     no_head = parse_model_config({"architectures": ["LlamaForCausalLM"]})
@@ -151,46 +143,18 @@ def test_nextn_is_an_alias_and_needs_an_mtp_head_or_a_draft() -> None:
     assert "spec.no_draft" not in codes(run([*args, "--speculative-draft-model-path", "/d"], model=no_head))
 
 
+def eagle(steps: int, topk: int, draft_tokens: int) -> list[str]:
+    return ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft_tokens)]
+
+
 def test_steps_topk_draft_tokens_consistency() -> None:
-    chain = run(
-        [
-            "--speculative-algorithm",
-            "EAGLE",
-            "--speculative-num-steps",
-            "3",
-            "--speculative-eagle-topk",
-            "1",
-            "--speculative-num-draft-tokens",
-            "8",
-        ]
-    )
+    chain = run(eagle(steps=3, topk=1, draft_tokens=8))
     f = next(x for x in chain if x.code == "spec.draft_tokens")
     assert f.severity == "warning" and "--speculative-num-draft-tokens 4" in f.fix
-    tree = run(
-        [
-            "--speculative-algorithm",
-            "EAGLE",
-            "--speculative-num-steps",
-            "2",
-            "--speculative-eagle-topk",
-            "2",
-            "--speculative-num-draft-tokens",
-            "9",
-        ]
-    )
+    tree = run(eagle(steps=2, topk=2, draft_tokens=9))
     assert "spec.draft_tokens" in codes(tree, "warning")
-    ok_tree = run(
-        [
-            "--speculative-algorithm",
-            "EAGLE",
-            "--speculative-num-steps",
-            "2",
-            "--speculative-eagle-topk",
-            "2",
-            "--speculative-num-draft-tokens",
-            "5",
-        ]
-    )
+    ok_tree = run(eagle(steps=2, topk=2, draft_tokens=5))
     assert "spec.draft_tokens" not in codes(ok_tree)
 
 

@@ -56,15 +56,13 @@ from e2e_scenarios import (
     tune,
     warm,
 )
-from e2e_scenarios import (
-    main as main_scenario,
-)
 from e2e_scenarios.adapters import sglang_procs
 from e2e_scenarios.context import Context
+from e2e_scenarios.main import main_run
 
 # --only's names, in the order --help lists them (a run follows the order --only gives).
 SCENARIOS: dict[str, Callable[[Context], None]] = {
-    "main": main_scenario.main_run, "fallback": fallback.s3_fallback, "pipe": hand.s2b_pipe,
+    "main": main_run, "fallback": fallback.s3_fallback, "pipe": hand.s2b_pipe,
     "tune": tune.s6_tune, "hand": hand.s2a_hand_first, "seed": seed.s7_seed_shape,
     "systemd": systemd.s8_systemd, "ab": ab.s9_ab, "regress": regress.s10_regression,
     "unexplained": regress.s12_unexplained, "warmcache": warm.s13_warmcache,

@@ -1,4 +1,5 @@
-"""scripts/gpu/e2e_scenarios/captureoom.py's readings for the capture OOM scenario (s15_captureoom, issue 25).
+"""scripts/gpu/e2e_scenarios/captureoom.py's readings for the capture OOM scenario
+(s15_captureoom, issue 25).
 
 The scenario decides how much memory its foreign holder leaves free from the calibration start's
 capture lines and checks the serving engine's batch list from them, so the parsing is tested on

@@ -1,4 +1,5 @@
-"""scripts/gpu/e2e_scenarios/tune.py's comparison of `tune`'s ranking with a hand-measured order (issue 16, item 4).
+"""scripts/gpu/e2e_scenarios/tune.py's comparison of `tune`'s ranking with a hand-measured order
+(issue 16, item 4).
 
 The comparison is what the GPU scenario s6_tune decides pass/fail on, so it is tested here on the
 numbers the H200 produced and on the cases that must fail.

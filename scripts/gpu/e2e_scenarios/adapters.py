@@ -94,6 +94,17 @@ def probe_series(base: str, runs: int, clock: Callable[[], float | None] = lambd
     return {"runs": each, "median_tok_s": statistics.median(tps) if tps else None}
 
 
+def concurrent_streams(base: str, n: int = 8) -> None:
+    """`n` streamed probes at once, so that SGLang prints `Decode batch` lines with a running
+    batch; then half a second for those lines to reach the log."""
+    threads = [threading.Thread(target=stream_probe, args=(base,)) for _ in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    time.sleep(0.5)
+
+
 def server_info_gen(base: str) -> float | None:
     st, body = http(base + "/server_info", timeout=20)
     if st != 200:

@@ -9,12 +9,12 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from typing import Any
 
 from .adapters import (
     SupervisorRun,
+    concurrent_streams,
     descendants,
     http,
     json_object,
@@ -22,7 +22,6 @@ from .adapters import (
     proc_table,
     server_info_gen,
     sglang_procs,
-    stream_probe,
 )
 from .common import LOG_LAG_S, READY_LINE, capture_lines, check, decode_gen_throughputs
 from .context import Context
@@ -145,13 +144,7 @@ def start_doctor(ctx: Context, sup: SupervisorRun) -> subprocess.Popen[bytes]:
 def s2_supervised(ctx: Context, sup: SupervisorRun) -> dict[str, Any]:
     t = time.time()
     series = probe_series(sup.engine_url, ctx.o.probe_runs, ctx.nvml.sm_clock_mhz)
-    # 8 concurrent streams make SGLang print `Decode batch` lines with a running batch.
-    threads = [threading.Thread(target=stream_probe, args=(sup.engine_url,)) for _ in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(120)
-    time.sleep(0.5)
+    concurrent_streams(sup.engine_url)
     gens = decode_gen_throughputs(sup.tail.since(t))
     status = sup.status()
     return {"probe_series": series, "decode_batch_gen_tok_s": gens,

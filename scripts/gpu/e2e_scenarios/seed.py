@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import seedshape
 import yaml
 
-from .adapters import SupervisorRun, free_port, http, probe_series, proc_net, stream_probe
+from .adapters import SupervisorRun, concurrent_streams, free_port, http, probe_series, proc_net
 from .common import GPU_SCRIPTS, LOG_LAG_S, SGLANG_VERSION, check, decode_gen_throughputs
 from .context import Context
 
@@ -47,6 +46,53 @@ def seed_config(ctx: Context, work: Path, model: str) -> dict[str, Any]:
                                  drop=seed_drop(ctx))
 
 
+def supervisor_events(sup: SupervisorRun, lines: list[str]) -> dict[str, Any]:
+    """What the supervisor logged of the ladder: attempts, failures, fallbacks, derived profiles,
+    captures (also as the engine log has them)."""
+    out: dict[str, Any] = {}
+    out["attempts"] = [
+        {"profile": d.get("profile"), "attempt": d.get("attempt")} for _, d in sup.named("engine.spawned")]
+    out["failures"] = [{k: d.get(k) for k in ("profile", "failure_class", "message")}
+                       for _, d in sup.named("engine.failed")]
+    out["fallbacks"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "failure_class", "rule")}
+                        for _, d in sup.named("profile.fallback")]
+    out["derived"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "change", "asked_by")}
+                      for _, d in sup.named("profile.derived")]
+    out["captures_supervisor"] = [
+        f"{d.get('profile')}: {d.get('owner')} {d.get('graph')} {d.get('seconds')} s"
+        for _, d in sup.named("engine.capture_end")]
+    out["capture_lines"] = seedshape.capture_sequence(lines)
+    out["prefill_graph_disabled"] = [d.get("reason") for _, d in sup.named("engine.prefill_graph_disabled")]
+    out["failure_lines"] = [d.get("message") for _, d in sup.named("engine.failure_line")][:6]
+    return out
+
+
+def measure_serving(ctx: Context, sup: SupervisorRun, numbers: dict[str, Any],
+                    checks: list[dict[str, Any]]) -> None:
+    """The ready engine: probes, 8 concurrent streams (`Decode batch` lines, NEXTN accept lengths),
+    /server_info, the ports it listens on."""
+    base = sup.engine_url
+    series = probe_series(base, ctx.o.probe_runs, ctx.nvml.sm_clock_mhz)
+    t = time.time()
+    concurrent_streams(base)
+    after = [text for tt, text in sup.tail.lines if tt >= t - 60]
+    numbers["probe_series"] = series
+    numbers["accept_len"] = seedshape.accept_lengths([text for _, text in sup.tail.lines])[-12:]
+    numbers["decode_gen_tok_s"] = decode_gen_throughputs([(0.0, x) for x in after])[-6:]
+    _, body = http(base + "/server_info", timeout=20)
+    with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
+        info = json.loads(body)
+        states = info.get("internal_states") or [{}]
+        numbers["server_info"] = {k: states[0].get(k) for k in
+                                  ("avg_spec_accept_length", "last_gen_throughput")}
+        numbers["server_info"].update({k: info.get(k) for k in (
+            "language_only", "speculative_algorithm", "cuda_graph_backend_prefill",
+            "mamba_radix_cache_strategy", "enable_single_batch_overlap")})
+    numbers["listening_8997"] = 8997 in seedshape.listening_ports(proc_net())
+    checks.append(check("NEXTN accept length logged", bool(numbers["accept_len"]),
+                        numbers["accept_len"][-3:]))
+
+
 def s7_seed_shape(ctx: Context) -> None:
     need = 240 if ctx.real else 40
     if ctx.left() < need:
@@ -72,20 +118,7 @@ def s7_seed_shape(ctx: Context) -> None:
             sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
         lines = [text for _, text in sup.tail.lines]
         readies = sup.named("supervisor.ready")
-        numbers["attempts"] = [
-            {"profile": d.get("profile"), "attempt": d.get("attempt")} for _, d in sup.named("engine.spawned")]
-        numbers["failures"] = [{k: d.get(k) for k in ("profile", "failure_class", "message")}
-                               for _, d in sup.named("engine.failed")]
-        numbers["fallbacks"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "failure_class", "rule")}
-                                for _, d in sup.named("profile.fallback")]
-        numbers["derived"] = [{k: d.get(k) for k in ("from_profile", "to_profile", "change", "asked_by")}
-                              for _, d in sup.named("profile.derived")]
-        numbers["captures_supervisor"] = [
-            f"{d.get('profile')}: {d.get('owner')} {d.get('graph')} {d.get('seconds')} s"
-            for _, d in sup.named("engine.capture_end")]
-        numbers["capture_lines"] = seedshape.capture_sequence(lines)
-        numbers["prefill_graph_disabled"] = [d.get("reason") for _, d in sup.named("engine.prefill_graph_disabled")]
-        numbers["failure_lines"] = [d.get("message") for _, d in sup.named("engine.failure_line")][:6]
+        numbers.update(supervisor_events(sup, lines))
         numbers["ready"] = readies[0][1] if readies else None
         numbers["launch_to_READY_s"] = round(sup.notify.times("READY=1")[0] - sup.t0, 1) if ready else None
         checks.append(check("READY=1 on some rung of the ladder", ready, numbers["ready"]))
@@ -102,31 +135,7 @@ def s7_seed_shape(ctx: Context) -> None:
             or ("encoder" in text.lower() and "bootstrap" in text.lower()))]
         numbers["language_only_lines"] = lang[:6]
         if ready:
-            base = sup.engine_url
-            series = probe_series(base, ctx.o.probe_runs, ctx.nvml.sm_clock_mhz)
-            t = time.time()
-            threads = [threading.Thread(target=stream_probe, args=(base,)) for _ in range(8)]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join(120)
-            time.sleep(0.5)
-            after = [text for tt, text in sup.tail.lines if tt >= t - 60]
-            numbers["probe_series"] = series
-            numbers["accept_len"] = seedshape.accept_lengths([text for _, text in sup.tail.lines])[-12:]
-            numbers["decode_gen_tok_s"] = decode_gen_throughputs([(0.0, x) for x in after])[-6:]
-            st, body = http(base + "/server_info", timeout=20)
-            with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
-                info = json.loads(body)
-                states = info.get("internal_states") or [{}]
-                numbers["server_info"] = {k: states[0].get(k) for k in
-                                          ("avg_spec_accept_length", "last_gen_throughput")}
-                numbers["server_info"].update({k: info.get(k) for k in (
-                    "language_only", "speculative_algorithm", "cuda_graph_backend_prefill",
-                    "mamba_radix_cache_strategy", "enable_single_batch_overlap")})
-            numbers["listening_8997"] = 8997 in seedshape.listening_ports(proc_net())
-            checks.append(check("NEXTN accept length logged", bool(numbers["accept_len"]),
-                                numbers["accept_len"][-3:]))
+            measure_serving(ctx, sup, numbers, checks)
         rc, secs = sup.stop(60)
         numbers["sigterm"] = {"rc": rc, "seconds": secs}
         checks.append(check("supervisor exits 0 on SIGTERM", rc == 0, rc))

@@ -1,6 +1,6 @@
 """scripts/gpu/e2e_scenarios/canary.py's interpreter wrappers for the canary scenario (issue 24):
-each one must put exactly one SGLang release on PYTHONPATH, whatever the caller's PYTHONPATH holds, because the
-supervisor's version detection and the engine both run through it."""
+each one must put exactly one SGLang release on PYTHONPATH, whatever the caller's PYTHONPATH
+holds, because the supervisor's version detection and the engine both run through it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""scripts/gpu/e2e.py's readings for the capture OOM scenario (s15_captureoom, issue 25).
+"""scripts/gpu/e2e_scenarios/captureoom.py's readings for the capture OOM scenario
+(s15_captureoom, issue 25).
 
 The scenario decides how much memory its foreign holder leaves free from the calibration start's
 capture lines and checks the serving engine's batch list from them, so the parsing is tested on
@@ -7,12 +8,12 @@ real SGLang 0.5.17 lines (tests/fixtures/sglang-0.5.17-h200/graphs.log) and on w
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+import gpu_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPHS_LOG = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.log"
@@ -20,11 +21,7 @@ GRAPHS_LOG = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.log"
 
 @pytest.fixture(scope="module")
 def e2e() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        return importlib.import_module("e2e")
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
+    return gpu_scripts.load("e2e_scenarios.captureoom")
 
 
 def test_decode_captures_reads_the_real_begin_and_end_lines(e2e: ModuleType) -> None:

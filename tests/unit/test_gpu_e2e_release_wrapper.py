@@ -1,10 +1,9 @@
-"""scripts/gpu/e2e.py's interpreter wrappers for the canary scenario (issue 24): each one must put
-exactly one SGLang release on PYTHONPATH, whatever the caller's PYTHONPATH holds, because the
-supervisor's version detection and the engine both run through it."""
+"""scripts/gpu/e2e_scenarios/canary.py's interpreter wrappers for the canary scenario (issue 24):
+each one must put exactly one SGLang release on PYTHONPATH, whatever the caller's PYTHONPATH
+holds, because the supervisor's version detection and the engine both run through it."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
@@ -13,17 +12,14 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+import gpu_scripts
+
 SHOW = "import os; print(os.environ.get('PYTHONPATH', '<unset>')); print(os.environ.get('MARK', ''))"
 
 
 @pytest.fixture(scope="module")
 def e2e() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        return importlib.import_module("e2e")
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
+    return gpu_scripts.load("e2e_scenarios.canary")
 
 
 def run(python: str, pythonpath: str | None) -> list[str]:

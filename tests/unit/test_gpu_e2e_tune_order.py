@@ -1,4 +1,5 @@
-"""scripts/gpu/e2e.py's comparison of `tune`'s ranking with a hand-measured order (issue 16, item 4).
+"""scripts/gpu/e2e_scenarios/tune.py's comparison of `tune`'s ranking with a hand-measured order
+(issue 16, item 4).
 
 The comparison is what the GPU scenario s6_tune decides pass/fail on, so it is tested here on the
 numbers the H200 produced and on the cases that must fail.
@@ -6,23 +7,16 @@ numbers the H200 produced and on the cases that must fail.
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+import gpu_scripts
 
 
 @pytest.fixture(scope="module")
 def e2e() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        return importlib.import_module("e2e")
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
+    return gpu_scripts.load("e2e_scenarios.tune")
 
 
 def test_same_order_agrees(e2e: ModuleType) -> None:

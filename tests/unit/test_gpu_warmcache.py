@@ -4,13 +4,13 @@ tests/fixtures/sglang-0.5.17-h200/graphs.timed.log), and the unit's environment 
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+import gpu_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.timed.log"
@@ -18,11 +18,7 @@ LOG = ROOT / "tests" / "fixtures" / "sglang-0.5.17-h200" / "graphs.timed.log"
 
 @pytest.fixture(scope="module")
 def wc() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        return importlib.import_module("warmcache")
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
+    return gpu_scripts.load("warmcache")
 
 
 def timed_lines() -> list[tuple[float, str]]:

@@ -167,23 +167,13 @@ def test_engine_sits_below_the_shell(path: Path) -> None:
 SUPERVISOR_MODULE = "sglang_supervisor.shell.supervisor"
 SHELL_FILES = sorted(p for p in (PKG / "shell").rglob("*.py") if p.name != "supervisor.py"
                      or p.parent != PKG / "shell")
-# Not yet converted (issue 27, part 1 continues): this set may only shrink.
-STILL_HOLDING_THE_SUPERVISOR = frozenset({"shell/checks/serving.py", "shell/engineproc/runner.py"})
 
 
 @pytest.mark.parametrize("path", SHELL_FILES, ids=lambda p: str(p.relative_to(PKG)))
 def test_no_shell_part_imports_the_supervisor(path: Path) -> None:
     rel = str(path.relative_to(PKG))
-    if rel in STILL_HOLDING_THE_SUPERVISOR:
-        pytest.xfail("still takes the whole Supervisor (issue 27, part 1 continues)")
     assert SUPERVISOR_MODULE not in _imports(path), (
         f"{rel} imports shell/supervisor.py: take the collaborators it uses, not the Supervisor")
-
-
-def test_the_remaining_holders_still_hold_it() -> None:
-    """A part converted must leave STILL_HOLDING_THE_SUPERVISOR (the list is the work left)."""
-    assert {rel for rel in STILL_HOLDING_THE_SUPERVISOR
-            if SUPERVISOR_MODULE in _imports(PKG / rel)} == STILL_HOLDING_THE_SUPERVISOR
 
 
 def test_the_circle_checker_sees_a_type_checking_import(tmp_path: Path) -> None:

@@ -61,12 +61,12 @@ from sglang_supervisor.core.group import MemberFailed
 from sglang_supervisor.core.inputs import GpuBusy, Input, PortBusy, Settings, Start, StopRequested, TimerFired
 from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES, Phase
-from sglang_supervisor.core.profiles import default_secret_config_path
+from sglang_supervisor.core.profiles import RenderedCommand, default_secret_config_path
 
 # The preflight's names are the supervisor's public API (commands/, tests/, bench/ import them here).
 from sglang_supervisor.engine.argv import decode_log_interval, tp_size
 from sglang_supervisor.shell.checks.fidelitycheck import FidelityChecker
-from sglang_supervisor.shell.checks.serving import Serving
+from sglang_supervisor.shell.checks.serving import Serving, ServingHooks
 from sglang_supervisor.shell.current import Current
 from sglang_supervisor.shell.engineproc.apikey import remove_secret_config
 from sglang_supervisor.shell.engineproc.preflight import (
@@ -79,7 +79,7 @@ from sglang_supervisor.shell.engineproc.preflight import (
     prepare,
     with_remembered,
 )
-from sglang_supervisor.shell.engineproc.runner import EngineRunner
+from sglang_supervisor.shell.engineproc.runner import EngineRunner, RunnerParts
 from sglang_supervisor.shell.files import state
 from sglang_supervisor.shell.files.codestamp import code_stamp
 from sglang_supervisor.shell.guard import TaskGuard
@@ -147,18 +147,11 @@ class Supervisor:
         self._guard = TaskGuard(self._internal_error)  # our own tasks' errors
         self.inbox = Inbox()
         self.timers = Timers(self.inbox.put)
-        self.runner = EngineRunner(self)
-        self.serving = Serving(self)
         self.fidelity = FidelityChecker(self.current, self.lifecycle, self.metrics,
-                                        render=self.runner.render,
+                                        render=self._render,
                                         feed=self._feed_late, supervise=self._guard.supervise)
         # release memory, the upgrade canary, in-place upgrades
         self.upgrades = Upgrades(self.current, self.lifecycle, self.metrics)
-        self.reloader = Reloader(self.current, self.lifecycle, self.upgrades, self.notifier, self.metrics,
-                                 config_path=options.config_path, hooks=ReloadHooks(
-                                     feed=self._feed_late, settings=lambda: self.settings(first_run=False),
-                                     fingerprint=self.fingerprint, still_serving=self._still_serving,
-                                     probe_settings_changed=self.serving.probe_settings_changed))
         self._metrics_server: MetricsServer | None = None
         # Multi-node leader (node 0 of a group): the link its worker nodes call (grouplink.py).
         self.group: LeaderLink | None = leader_link(self.current, self.metrics.registry, LeaderParts(
@@ -167,6 +160,24 @@ class Supervisor:
         # gateway, drain, /readyz, /livez, reaping
         self.presence = Presence(self.current, self.lifecycle, self.metrics.registry, self.notifier,
                                  engine_pid=self._engine_pid)
+        # READY gate, health checks, the throughput monitor
+        self.serving = Serving(self.current, self.lifecycle, self.metrics, self.store,
+                               fidelity=self.fidelity, group=self.group, hooks=ServingHooks(
+                                   feed=self._feed_late, spawn=self.spawn_task,
+                                   supervise=self._guard.supervise,
+                                   render=self._render,
+                                   engine_pid=self._engine_pid, gpu_set=self._gpu_set))
+        # the engine: launch, log, exit, stop
+        self.runner = EngineRunner(self.current, RunnerParts(
+            self.lifecycle, self.notifier, self.metrics, probes=self.serving, gateway=self.presence,
+            group=self.group, note_output=self.timers.note_output, feed=self._feed_late,
+            spawn=self.spawn_task, supervise=self._guard.supervise),
+            environ=options.environ, forward_max_priority=options.forward_max_priority)
+        self.reloader = Reloader(self.current, self.lifecycle, self.upgrades, self.notifier, self.metrics,
+                                 config_path=options.config_path, hooks=ReloadHooks(
+                                     feed=self._feed_late, settings=lambda: self.settings(first_run=False),
+                                     fingerprint=self.fingerprint, still_serving=self._still_serving,
+                                     probe_settings_changed=self.serving.probe_settings_changed))
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -239,6 +250,13 @@ class Supervisor:
     @property
     def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
         return self.current.loop
+
+    # Looked up at each call: the runner is built after the parts that ask it.
+    def _render(self, profile: str) -> RenderedCommand:
+        return self.runner.render(profile)
+
+    def _gpu_set(self) -> set[int] | None:
+        return self.runner.gpu_set()
 
     def _engine_pid(self) -> int | None:
         eng = self.runner.engine
@@ -510,7 +528,8 @@ class Supervisor:
                                 derived=self.runner.derived.get(a.profile))
         self.below_best_since = self.store.fingerprint_state(self.fp).below_best_since
         self.metrics.start_attempt(a.profile, "ready")
-        self.upgrades.on_ready(a.profile, self.lifecycle.tok_s, self.lifecycle.ttft_s)
+        self.upgrades.on_ready(a.profile, self.lifecycle.tok_s, self.lifecycle.ttft_s,
+                               fidelity=self.fidelity.ready_word(a.profile))
         if a.seconds is not None:
             self.metrics.startup_seconds(a.seconds)
         self.publish_active(a.profile)
@@ -535,6 +554,8 @@ class Supervisor:
         if self.runner.engine is not None:
             self.runner.engine.note_pids()
         self.serving.start()
+        if self.opts.exit_after_ready:
+            self.loop.call_soon(self.inbox.put, StopRequested("exit-after-ready"))
 
     def publish_active(self, profile: str) -> None:
         names = self.config.profile_names

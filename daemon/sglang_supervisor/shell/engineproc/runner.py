@@ -1,5 +1,7 @@
 """The engine runner: launch (after the GPU is released), spawn, pump its log, watch its exit and
-its family, stop it. One engine at a time; every fact goes to the lifecycle through `sup.feed`.
+its family, stop it. One engine at a time; every fact goes to the lifecycle as an `Input` through
+the `feed` it is given. It takes the served configuration (`Current`) and the parts it tells
+(`RunnerParts`: the serving checks and the gateway as small Protocols), never the Supervisor.
 
 Threads: only the log pump reads the engine's pipe (its own thread). The engine is spawned from
 the loop's thread, which lives as long as the supervisor (PDEATHSIG is per thread).
@@ -15,9 +17,9 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -27,8 +29,16 @@ from sglang_supervisor.core.config import ConfigError
 from sglang_supervisor.core.derive import Derivation
 from sglang_supervisor.core.events import CaptureEnded, DecodeStats, EngineEvent
 from sglang_supervisor.core.group import MemberFailed
-from sglang_supervisor.core.inputs import EngineExited, GpuBusy, Launched, LaunchFailed, TemporaryCleared
+from sglang_supervisor.core.inputs import (
+    EngineExited,
+    GpuBusy,
+    Input,
+    Launched,
+    LaunchFailed,
+    TemporaryCleared,
+)
 from sglang_supervisor.core.jitcache import CACHE_VAR_NAMES
+from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.liveness import (
     TEMPORARY_POLL_S,
     start_extension,
@@ -45,12 +55,13 @@ from sglang_supervisor.core.profiles import (
 )
 from sglang_supervisor.engine.argv import tp_size
 from sglang_supervisor.engine.sglang import clean_exit_codes
+from sglang_supervisor.shell.current import Current
 from sglang_supervisor.shell.engineproc.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.engineproc.enginelog import EngineLogPump, LogWriteState, RotatingByteLog
 from sglang_supervisor.shell.engineproc.jitcache import engine_cache_env, gpu_models, torch_version
 from sglang_supervisor.shell.engineproc.preflight import capture_keys, gpu_indices, port_taken
 from sglang_supervisor.shell.engineproc.process import EngineProcess, venv_bin_dir
-from sglang_supervisor.shell.links.grouplink import MEMBER_FAILED_DRAIN_S, local_capture_keys
+from sglang_supervisor.shell.links.grouplink import MEMBER_FAILED_DRAIN_S, LeaderLink, local_capture_keys
 from sglang_supervisor.shell.telemetry import gpu
 from sglang_supervisor.shell.telemetry.logsetup import (
     EngineLine,
@@ -58,9 +69,8 @@ from sglang_supervisor.shell.telemetry.logsetup import (
     log_engine_lines,
     log_engine_lines_nowait,
 )
-
-if TYPE_CHECKING:
-    from sglang_supervisor.shell.supervisor import Supervisor
+from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
+from sglang_supervisor.shell.telemetry.notify import Notifier
 
 log = structlog.get_logger("sglang_supervisor")
 
@@ -88,9 +98,45 @@ class Engine:
         self.pids |= {m.pid for m in self.proc.group_members()}
 
 
+class Probes(Protocol):
+    """The serving checks (checks/serving.py), as far as the engine's life concerns them."""
+
+    def decode_stats(self, ev: DecodeStats) -> None: ...  # a decode log line, for the monitor
+    def quiet_probes(self) -> None: ...  # our stop is about to break their connections
+    def stop_tasks(self) -> None: ...  # the engine is gone
+
+
+class Gateway(Protocol):
+    """The engine's presence towards the gateway and /readyz (links/presence.py)."""
+
+    def engine_crashed(self) -> None: ...
+    async def before_stop(self, reason: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunnerParts:
+    """What the runner reads and tells, wired in supervisor.py."""
+
+    lifecycle: Lifecycle  # read: the attempt, the phase, the wait in progress
+    notifier: Notifier  # systemd's start deadline
+    metrics: SupervisorMetrics
+    probes: Probes
+    gateway: Gateway
+    group: LeaderLink | None  # node 0's link: the workers' captures come through it
+    note_output: Callable[[float], None]  # the stall timer's clock (timers.py)
+    feed: Callable[[Input], None]  # facts, to the lifecycle
+    spawn: Callable[[Callable[[], Any]], None]  # a task of ours (its errors to the TaskGuard)
+    supervise: Callable[[asyncio.Future[Any]], object]  # a running task's errors to the TaskGuard
+
+
 class EngineRunner:
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
+    def __init__(self, current: Current, parts: RunnerParts, *, environ: Mapping[str, str],
+                 forward_max_priority: int) -> None:
+        """`environ`: the supervisor's environment (the engine's base); `forward_max_priority`:
+        engine lines at this syslog priority or more urgent go to the journal."""
+        self.current, self.parts, self.lifecycle = current, parts, parts.lifecycle
+        self.feed = parts.feed
+        self.environ, self.forward_max_priority = environ, forward_max_priority
         self.engine: Engine | None = None
         self.launching: asyncio.Task[None] | None = None
         self.last_pids: set[int] = set()  # the previous engine's processes (leader + children)
@@ -109,7 +155,7 @@ class EngineRunner:
     # -- launching ------------------------------------------------------------------------------
 
     def gpu_set(self) -> set[int] | None:
-        return gpu_indices({**self.sup.opts.environ, **self.sup.config.engine.env})
+        return gpu_indices({**self.environ, **self.current.config.engine.env})
 
     def foreign(self) -> str | None:
         foreign = [f for f in gpu.foreign_processes(self.last_pids, self.gpu_set())
@@ -123,20 +169,20 @@ class EngineRunner:
         if a.derived is not None:
             self.derived[a.profile] = a.derived
         self.launching = asyncio.ensure_future(self.launch(a))
-        self.sup.supervise(self.launching)
+        self.parts.supervise(self.launching)
 
     async def launch(self, a: Launch) -> None:
         try:
             if self.started_once:
                 target: set[int] | int = (self.gpu_baseline if self.gpu_baseline is not None
                                           else self.last_pids)
-                released = await gpu.wait_for_release(target, self.sup.config.timeouts.gpu_release_s,
+                released = await gpu.wait_for_release(target, self.current.config.timeouts.gpu_release_s,
                                                       gpu_indices=self.gpu_set())
                 if released is False:
                     foreign = self.foreign()
                     log.warning("gpu.not_released", pids=len(self.last_pids), foreign=foreign)
                     if foreign:
-                        self.sup.feed(GpuBusy(foreign))
+                        self.feed(GpuBusy(foreign))
                         return
             if a.delay_s > 0:
                 await asyncio.sleep(a.delay_s)
@@ -152,83 +198,80 @@ class EngineRunner:
         """Check the condition the lifecycle waits for until it clears (its timer bounds us)."""
         await asyncio.sleep(a.delay_s)
         extended = float("-inf")
-        sup = self.sup
-        while sup.lifecycle.wait_seq == a.seq:
+        while self.lifecycle.wait_seq == a.seq:
             if a.what == "port":
-                busy = port_taken(sup.config.engine.host, sup.config.engine.port)
+                busy = port_taken(self.current.config.engine.host, self.current.config.engine.port)
             else:
                 busy = await asyncio.to_thread(self.foreign)
             if busy is None:
-                sup.feed(TemporaryCleared(a.seq))
+                self.feed(TemporaryCleared(a.seq))
                 return
             now = time.monotonic()
             # Still starting: systemd's start timeout must not end the wait.
-            extend = temporary_extension(ready_sent=sup.lifecycle.ready_sent, now=now,
+            extend = temporary_extension(ready_sent=self.lifecycle.ready_sent, now=now,
                                          last_extend=extended)
             if extend is not None:
                 extended = now
-                sup.notifier.extend_timeout(extend)
+                self.parts.notifier.extend_timeout(extend)
             await asyncio.sleep(TEMPORARY_POLL_S)
 
     def render(self, profile: str) -> RenderedCommand:
-        rc = self.sup.prep.renders.get(profile)
+        rc = self.current.prep.renders.get(profile)
         if rc is None:  # a derived profile, or one added by a reload, is rendered on the spot
             d = self.derived.get(profile)
-            config = with_derived(self.sup.config, d) if d is not None else self.sup.config
-            rc = render(config, profile, self.sup.prep.version, python=sys.executable,
-                        secret_config_path=default_secret_config_path(self.sup.config, os.environ),
-                        api_key=self.sup.prep.api_key)
+            config = with_derived(self.current.config, d) if d is not None else self.current.config
+            rc = render(config, profile, self.current.prep.version, python=sys.executable,
+                        secret_config_path=default_secret_config_path(self.current.config, os.environ),
+                        api_key=self.current.prep.api_key)
         return rc
 
     def prepare_cache(self, profile: str) -> dict[str, str]:
         """The kernel-cache variables for this launch (shell/engineproc/jitcache.py), the key's old
         neighbours pruned once per key and supervisor run. {} outside a CacheDirectory."""
-        sup = self.sup
         try:
             rc = self.render(profile)
         except ConfigError:
             return {}  # spawn reports it
-        cfg = sup.config.engine
+        cfg = self.current.config.engine
         gpus = gpu_models(self.gpu_set())
         key_dir, env = engine_cache_env(
-            sup.opts.environ, rc.env, configured=cfg.cache_dir, max_gb=cfg.cache_max_gb,
-            version=sup.prep.version, gpus=gpus, torch=torch_version(rc.argv[0]),
-            prune_now=self.cache_pruned_for != (cfg.cache_dir, sup.prep.version, gpus))
+            self.environ, rc.env, configured=cfg.cache_dir, max_gb=cfg.cache_max_gb,
+            version=self.current.prep.version, gpus=gpus, torch=torch_version(rc.argv[0]),
+            prune_now=self.cache_pruned_for != (cfg.cache_dir, self.current.prep.version, gpus))
         if key_dir is not None and key_dir != self.cache_key_dir:
             log.info("engine.cache_placed", dir=key_dir, set=sorted(env),
                      kept=[v for v in CACHE_VAR_NAMES if v not in env])
         self.cache_key_dir = key_dir
-        self.cache_pruned_for = (cfg.cache_dir, sup.prep.version, gpus)
+        self.cache_pruned_for = (cfg.cache_dir, self.current.prep.version, gpus)
         return env
 
     def spawn(self, a: Launch, cache: Mapping[str, str] | None = None) -> None:
-        sup = self.sup
         try:
             rc = self.render(a.profile)
         except ConfigError as exc:
-            sup.feed(LaunchFailed(a.attempt, str(exc), config_error=True))
+            self.feed(LaunchFailed(a.attempt, str(exc), config_error=True))
             return
         if rc.errors:
-            sup.feed(LaunchFailed(a.attempt, "; ".join(p.message for p in rc.errors), True))
+            self.feed(LaunchFailed(a.attempt, "; ".join(p.message for p in rc.errors), True))
             return
         secret_path: str | None = None
         if rc.secret_config:
-            secret_path = default_secret_config_path(sup.config, os.environ)
+            secret_path = default_secret_config_path(self.current.config, os.environ)
             try:
                 write_secret_config(secret_path, rc.secret_config)
             except OSError as exc:
-                sup.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
+                self.feed(LaunchFailed(a.attempt, f"cannot write the engine's secret config "
                                       f"{secret_path}: {exc.strerror}", config_error=True))
                 return
         # The cache variables name only what neither our environment nor the profile sets.
-        env = engine_env(sup.opts.environ, {**(cache or {}), **rc.env}, venv_bin_dir(rc.argv[0]))
+        env = engine_env(self.environ, {**(cache or {}), **rc.env}, venv_bin_dir(rc.argv[0]))
         if not self.started_once:
             gpus = gpu.snapshot()
             self.gpu_baseline = gpu.total_used(gpus, self.gpu_set()) if gpus else None
         try:
             proc = EngineProcess.spawn(rc.argv, env)
         except OSError as exc:
-            sup.feed(LaunchFailed(a.attempt, f"cannot start {rc.argv[0]}: {exc.strerror or exc}",
+            self.feed(LaunchFailed(a.attempt, f"cannot start {rc.argv[0]}: {exc.strerror or exc}",
                                   config_error=isinstance(exc, FileNotFoundError | PermissionError)))
             return
         eof = asyncio.Event()
@@ -237,24 +280,23 @@ class EngineRunner:
         pump.start()
         self.started_once = True
         self.engine = Engine(attempt, a.profile, proc, pump, eof, secret_path)
-        sup.timers.note_output(time.monotonic())
+        self.parts.note_output(time.monotonic())
         self.capture_seconds = {}
-        keys = capture_keys(rc.argv, sup.prep.version)
-        if sup.group is not None and sup.config.group is not None:
+        keys = capture_keys(rc.argv, self.current.prep.version)
+        if self.parts.group is not None and self.current.config.group is not None:
             # The leader expects its own ranks' captures; the workers' come through the link.
-            keys = local_capture_keys(keys, sup.config.group, tp_size(rc.argv))
-            sup.group.book.new_generation(attempt)
-        sup.feed(Launched(attempt, proc.pid, keys))
-        sup.spawn_task(lambda: self.watch_exit(self.engine_for(attempt)))
-        sup.spawn_task(lambda: self.watch_family(self.engine_for(attempt)))
+            keys = local_capture_keys(keys, self.current.config.group, tp_size(rc.argv))
+            self.parts.group.book.new_generation(attempt)
+        self.feed(Launched(attempt, proc.pid, keys))
+        self.parts.spawn(lambda: self.watch_exit(self.engine_for(attempt)))
+        self.parts.spawn(lambda: self.watch_family(self.engine_for(attempt)))
 
     def _pump(self, proc: EngineProcess, attempt: int, eof: asyncio.Event) -> EngineLogPump:
         """The engine's log pump: SGLang's own log (stderr) parsed, request records (stdout) only
         written; both into the rotating engine log, optionally forwarded to the journal."""
-        sup = self.sup
-        eng_cfg = sup.config.engine
-        secrets = [sup.prep.api_key] if sup.prep.api_key else []
-        forward_max = sup.opts.forward_max_priority
+        eng_cfg = self.current.config.engine
+        secrets = [self.current.prep.api_key] if self.current.prep.api_key else []
+        forward_max = self.forward_max_priority
 
         def forward(lines: Sequence[EngineLine]) -> None:
             log_engine_lines(lines, max_priority=forward_max)
@@ -264,14 +306,14 @@ class EngineRunner:
 
         # The daemon's log sink writes from its own thread through a bounded queue: the reader
         # hands each read's lines to it directly, one thread hop per read instead of two.
-        forwarding = sup.config.logging.forward_engine_output
+        forwarding = self.current.config.logging.forward_engine_output
         inline = forwarding and background_logging()
 
         return EngineLogPump(
-            proc.stderr_fd, loop=sup.loop,
+            proc.stderr_fd, loop=self.current.running_loop(),
             log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
                                 on_state=self.log_state_threadsafe),
-            splitter=LineSplitter(), parser=LogParser(sup.prep.version, secrets),
+            splitter=LineSplitter(), parser=LogParser(self.current.prep.version, secrets),
             echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self.on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,
@@ -289,31 +331,30 @@ class EngineRunner:
     def on_output(self, attempt: int, events: list[EngineEvent]) -> None:
         if self.engine is None or self.engine.attempt != attempt:
             return  # a previous engine's last words
-        sup = self.sup
         now = time.monotonic()
-        sup.timers.note_output(now)
-        phase = sup.lifecycle.phase
+        self.parts.note_output(now)
+        phase = self.lifecycle.phase
         # Keep systemd's start (or reload) deadline ahead of us while the log moves; once the
         # log stalls this stops and our own stall timer decides first.
-        t = sup.config.timeouts
+        t = self.current.config.timeouts
         extend = start_extension(starting=phase not in UP_PHASES and phase != Phase.STOPPING,
                                  now=now, last_extend=self.last_extend, stall_s=t.stall_s,
                                  drain_s=t.drain_s)
         if extend is not None:
             self.last_extend = now
-            sup.notifier.extend_timeout(extend)
+            self.parts.notifier.extend_timeout(extend)
         for ev in events:
             if isinstance(ev, CaptureEnded) and ev.elapsed_s is not None:
                 kind = f"{ev.owner}_{ev.phase}"
                 self.capture_seconds[kind] = max(self.capture_seconds.get(kind, 0.0), ev.elapsed_s)
-                sup.metrics.capture_seconds(kind, self.capture_seconds[kind])
-            if isinstance(ev, DecodeStats) and sup.serving.monitor is not None:
-                sup.serving.monitor.feed(ev)
-            sup.feed(ev)
+                self.parts.metrics.capture_seconds(kind, self.capture_seconds[kind])
+            if isinstance(ev, DecodeStats):
+                self.parts.probes.decode_stats(ev)
+            self.feed(ev)
 
     def log_state_threadsafe(self, st: LogWriteState) -> None:
         """From the pump's thread: never log or block there (journald may be what is stuck)."""
-        loop = self.sup.loop_or_none
+        loop = self.current.loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: we are exiting
                 loop.call_soon_threadsafe(self.on_log_state, st)
@@ -321,7 +362,7 @@ class EngineRunner:
     def on_log_state(self, st: LogWriteState) -> None:
         """A full disk under the engine log is an event (once per spell, and its end) and a
         metric: the engine runs on, its lines still go to the journal."""
-        metrics = self.sup.metrics
+        metrics = self.parts.metrics
         now = time.monotonic()
         if not st.ok and self.log_spell is None:
             self.log_spell = (now, st.dropped_bytes)
@@ -357,10 +398,9 @@ class EngineRunner:
             await asyncio.sleep(ESCAPE_SCAN_S)
 
     async def watch_exit(self, eng: Engine) -> None:
-        sup = self.sup
         rc = await eng.proc.wait()
         if not eng.proc.we_stopped:
-            sup.presence.engine_crashed()  # out of the gateway before anything else
+            self.parts.gateway.engine_crashed()  # out of the gateway before anything else
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(eng.eof.wait(), EOF_GRACE_S)
         escaped = await asyncio.to_thread(eng.proc.family.escapees, sweep=True)
@@ -369,7 +409,7 @@ class EngineRunner:
             # holding GPU memory, its port or the pipe: an engine is all of its processes.
             log.warning("engine.orphans", pids=[m.pid for m in eng.proc.group_members()]
                         + [e.pid for e in escaped])
-            result = await eng.proc.stop(0.0, sup.config.timeouts.kill_s)
+            result = await eng.proc.stop(0.0, self.current.config.timeouts.kill_s)
             log_escaped(result.escaped)
             log_leftover(result.leftover)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -382,32 +422,32 @@ class EngineRunner:
             remove_secret_config(eng.secret_path)
         if self.engine is eng:
             self.engine = None
-        sup.serving.stop_tasks()
-        clean = rc in clean_exit_codes(sup.prep.version)
-        sup.feed(EngineExited(eng.attempt, rc, eng.proc.we_stopped, clean))
+        self.parts.probes.stop_tasks()
+        clean = rc in clean_exit_codes(self.current.prep.version)
+        self.feed(EngineExited(eng.attempt, rc, eng.proc.we_stopped, clean))
 
     # -- stopping -------------------------------------------------------------------------------
 
     def stop(self, reason: str) -> None:
-        sup = self.sup
         eng = self.engine
         if eng is None:
             if self.launching is not None and not self.launching.done():
                 # Nothing runs yet (backoff or GPU wait): cancel the launch and report the "exit".
                 self.launching.cancel()
                 self.launching = None
-                sup.loop.call_soon(sup.feed, EngineExited(sup.lifecycle.attempt, None, True, True))
+                self.current.running_loop().call_soon(
+                    self.feed, EngineExited(self.lifecycle.attempt, None, True, True))
             return
         eng.proc.we_stopped = True
-        sup.serving.quiet_probes()
+        self.parts.probes.quiet_probes()
         if eng.stopping is not None and not eng.stopping.done():
             return
-        t = sup.config.timeouts
+        t = self.current.config.timeouts
         drain = stop_drain_s(reason, t.drain_s)
         eng.note_pids()
 
         async def stop() -> None:
-            await sup.presence.before_stop(reason)
+            await self.parts.gateway.before_stop(reason)
             result = await eng.proc.stop(drain, t.kill_s)
             log.info("engine.stopped", profile=eng.profile, reason=reason,
                      returncode=result.returncode, drained=result.drained, killed=result.killed,
@@ -416,7 +456,7 @@ class EngineRunner:
             log_leftover(result.leftover)
 
         eng.stopping = asyncio.ensure_future(stop())
-        sup.supervise(eng.stopping)
+        self.parts.supervise(eng.stopping)
 
     def stop_for_member(self, f: MemberFailed) -> None:
         """A worker node failed: the leader's ranks wait in a collective that cannot complete."""
@@ -424,7 +464,7 @@ class EngineRunner:
         if eng is None or eng.stopping is not None:
             return
         eng.note_pids()
-        kill_s = self.sup.config.timeouts.kill_s
+        kill_s = self.current.config.timeouts.kill_s
 
         async def stop() -> None:
             result = await eng.proc.stop(MEMBER_FAILED_DRAIN_S, kill_s)
@@ -432,7 +472,7 @@ class EngineRunner:
                      returncode=result.returncode, seconds=result.seconds)
 
         eng.stopping = asyncio.ensure_future(stop())
-        self.sup.supervise(eng.stopping)
+        self.parts.supervise(eng.stopping)
 
     async def shutdown(self) -> None:
         """The supervisor exits: never leave (part of) the engine behind."""
@@ -448,7 +488,7 @@ class EngineRunner:
         if eng.proc.returncode is None or eng.proc.group_members() or escaped:
             # Exit was decided with (part of) the engine still up, e.g. after an internal
             # error: never leave it behind, children included.
-            t = self.sup.config.timeouts
+            t = self.current.config.timeouts
             result = await eng.proc.stop(t.drain_s, t.kill_s)
             log_escaped(result.escaped)
             log_leftover(result.leftover)

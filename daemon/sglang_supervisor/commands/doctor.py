@@ -54,6 +54,7 @@ from sglang_supervisor.shell.checks.enginehttp import (
     parse_json,
 )
 from sglang_supervisor.shell.engineproc import ports
+from sglang_supervisor.shell.files import state
 from sglang_supervisor.shell.files.configfile import load_config
 from sglang_supervisor.shell.files.state import remembered_derived
 from sglang_supervisor.shell.telemetry import gpu
@@ -540,7 +541,7 @@ def build_report(args: argparse.Namespace) -> Report:
                 report.findings += unit[0]
                 report.host["unit"] = unit[1]
             report.findings = audit.collapse_common(report.findings, config.profile_names)
-            report.findings += audit.release_findings(upgrades.load(upgrades.releases_path(config)),
+            report.findings += audit.release_findings(upgrades.load(state.releases_path(config)),
                                                       config.engine.candidate.python)
         except ConfigError as e:  # e.g. a profile whose `extends` chain cannot render
             for p in e.problems:

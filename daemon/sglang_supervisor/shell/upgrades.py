@@ -28,6 +28,7 @@ from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.upgradeplan import candidate_config
 from sglang_supervisor.engine.detect import engine_interpreter
 from sglang_supervisor.shell.current import Current
+from sglang_supervisor.shell.files.state import releases_path, request_path
 from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
 
 log = structlog.get_logger("sglang_supervisor")
@@ -37,15 +38,6 @@ MAX_FILE_BYTES = 256 << 10
 MAX_RELEASES = 32  # verdicts kept, newest last
 MAX_REFERENCE_VERSIONS = 8
 MAX_TEXT = 500
-
-
-def releases_path(config: Config) -> Path:
-    return Path(config.state_dir) / f"{config.name}.releases.json"
-
-
-def request_path(config: Config) -> Path:
-    """Where `upgrade --now` leaves its request for the daemon's next reload."""
-    return Path(config.state_dir) / f"{config.name}.upgrade.json"
 
 
 def venv_identity(python: str) -> str:
@@ -332,9 +324,11 @@ class Upgrades:
         save(self.path, self.book)
 
     # -- READY -----------------------------------------------------------------------------
-    def on_ready(self, profile: str, tok_s: float | None, ttft_s: float | None) -> None:
+    def on_ready(self, profile: str, tok_s: float | None, ttft_s: float | None,
+                 fidelity: str = FIDELITY_NOT_CHECKED) -> None:
         """Every READY: this release's reference for `profile`; the first after an in-place
-        upgrade is judged too (there is nothing to roll back to)."""
+        upgrade is judged too (there is nothing to roll back to). `fidelity`: what the ready
+        gate's check found (a mismatch never reaches READY, so `pass` or `not_checked`)."""
         version = self.current.prep.version
         if tok_s is not None:
             refs = self.book["references"]
@@ -345,7 +339,7 @@ class Upgrades:
         self.book["last_seen"] = {"python": self.interpreter(), "version": version}
         if self.in_place is not None:
             plan, self.in_place = self.in_place, None
-            v = judge(plan, tok_s, ttft_s)
+            v = judge(plan, tok_s, ttft_s, fidelity=fidelity)
             word = "in_place_ok" if v.promote else "in_place_worse"
             level = log.warning if v.promote else log.error
             level("upgrade.in_place_verdict", verdict=word, old_version=plan.current,

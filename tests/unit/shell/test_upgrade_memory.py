@@ -13,6 +13,7 @@ from typing import Any
 
 from sglang_supervisor.core.config import Config, parse_config
 from sglang_supervisor.shell import upgrades
+from sglang_supervisor.shell.files import state
 from sglang_supervisor.shell.files.configfile import default_demo_config_path
 
 
@@ -96,7 +97,7 @@ def test_a_rolled_back_candidate_waits_for_its_venv_to_change_or_a_retry(tmp_pat
     assert u.candidate(c) == (None, False)  # same venv: not again
     upgrades.write_request(c, python, retry=True)
     assert u.candidate(c) == (python, True)  # the operator asked
-    upgrades.request_path(c).unlink()
+    state.request_path(c).unlink()
     os.utime(tmp_path / "cand" / "lib" / "python3.11" / "site-packages", ns=(1, 10**18))
     assert u.candidate(c) == (python, True)  # a new install there
 
@@ -121,8 +122,17 @@ def test_an_in_place_upgrade_is_seen_at_start_and_the_old_numbers_are_kept_marke
     again = upgrades.Upgrades(*parts(c, "0.5.23"))
     assert again.in_place is not None and not again.in_place.rollback_possible
     assert again.in_place.reference is not None and again.in_place.reference.tok_s == 100.0
-    book = upgrades.load(upgrades.releases_path(c))
+    book = upgrades.load(state.releases_path(c))
     assert book["references"]["0.5.22"]["tuned"]["old_release"] is True
     assert book["in_place"]["from"] == "0.5.22" and book["in_place"]["to"] == "0.5.23"
     again.on_ready("tuned", 50.0, 0.2)
-    assert upgrades.load(upgrades.releases_path(c))["releases"][-1]["verdict"] == "in_place_worse"
+    assert upgrades.load(state.releases_path(c))["releases"][-1]["verdict"] == "in_place_worse"
+
+
+def test_an_in_place_verdict_carries_the_ready_gates_fidelity_word(tmp_path: Path) -> None:
+    c = config(tmp_path)
+    upgrades.Upgrades(*parts(c, "0.5.22")).on_ready("tuned", 100.0, 0.2)
+    again = upgrades.Upgrades(*parts(c, "0.5.23"))
+    again.on_ready("tuned", 100.0, 0.2, fidelity="pass")
+    last = upgrades.load(state.releases_path(c))["releases"][-1]
+    assert last["verdict"] == "in_place_ok" and last["fidelity"] == "pass"

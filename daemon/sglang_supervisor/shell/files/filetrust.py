@@ -8,8 +8,7 @@ import os
 
 from sglang_supervisor.core.config import Config, ConfigProblem
 from sglang_supervisor.core.filetrust import FileFacts, Trusted, trust_problem
-from sglang_supervisor.shell.files.state import state_file_name
-from sglang_supervisor.shell.upgrades import releases_path, request_path
+from sglang_supervisor.shell.files.state import releases_path, request_path, state_file_name
 
 # Files in the state directory whose content decides something (the lock files decide nothing).
 GATEWAY_RECORD = "gateway.json"

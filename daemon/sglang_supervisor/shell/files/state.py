@@ -36,6 +36,7 @@ from typing import Any
 
 import structlog
 
+from sglang_supervisor.core.config import Config
 from sglang_supervisor.core.derive import Derivation
 
 log = structlog.get_logger("sglang_supervisor.shell.files.state")
@@ -59,6 +60,16 @@ KEEP_CORRUPT = 3  # moved-aside files kept for inspection; older ones are delete
 def state_file_name(name: str | None) -> str:
     """The file of one model (`Config.name`); None: the shared file of older releases."""
     return STATE_FILE if name is None else f"{name}.state.json"
+
+
+def releases_path(config: Config) -> Path:
+    """The upgrade canary's release memory of one model (shell/upgrades.py)."""
+    return Path(config.state_dir) / f"{config.name}.releases.json"
+
+
+def request_path(config: Config) -> Path:
+    """Where `upgrade --now` leaves its request for the daemon's next reload."""
+    return Path(config.state_dir) / f"{config.name}.upgrade.json"
 
 
 def fingerprint(

@@ -204,8 +204,10 @@ def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(
     data["engine"]["command"] = [python, "-m", "sglang_supervisor.simulator"]
     data["engine"]["version"] = "auto"
     data["engine"]["interpreter"] = python
+    data["fidelity"] = {"reference_profile": "tuned", "interval_s": 0}
     d = start(daemons, tmp_path, data)
     d.notified("READY=1")
+    assert d.event("fidelity.reference_taken")["sglang_version"] == CURRENT
     stop_cleanly(d)
     # `pip install -U` in that same venv: the installed release changes under the same python
     site = tmp_path / "venv" / "site"
@@ -219,7 +221,10 @@ def test_an_in_place_upgrade_is_reported_as_a_canary_without_a_way_back(
     loud = again.event("upgrade.in_place")
     assert loud["old_version"] == CURRENT and loud["new_version"] == CANDIDATE
     again.notified("READY=1")
-    assert again.event("upgrade.in_place_verdict")["verdict"] in ("in_place_ok", "in_place_worse")
+    verdict = again.event("upgrade.in_place_verdict")
+    assert verdict["verdict"] in ("in_place_ok", "in_place_worse")
+    # The ready gate compared the new release's answers with the reference the old one took.
+    assert verdict["fidelity"] == "pass"
     st = status(address)["upgrade"]
     assert st["in_place"]["from"] == CURRENT and st["in_place"]["to"] == CANDIDATE
     book = (tmp_path / "state" / "demo.releases.json").read_text()

@@ -66,6 +66,8 @@ class FidelityChecker:
         self.render, self.feed, self.supervise = render, feed, supervise
         self.store = ReferenceStore(current.config.state_dir)
         self.last: dict[str, Any] | None = None  # the last check, for /status
+        # The last ready gate's profile and core/canary's word for it (an in-place upgrade's verdict).
+        self.at_ready: tuple[str, str] = ("", C.FIDELITY_NOT_CHECKED)
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -86,6 +88,8 @@ class FidelityChecker:
         just taken, or none exists yet for a profile that cannot take it)."""
         cur = self.current
         client = cur.client
+        if at_ready:
+            self.at_ready = (profile, C.FIDELITY_NOT_CHECKED)
         if not self.enabled or client is None:
             return None
         fs = cur.config.fidelity
@@ -110,9 +114,17 @@ class FidelityChecker:
         if not verdict.ok:
             return FidelityFailed(verdict.reason, verdict.detail, verdict.prompt, verdict.expected,
                                   verdict.received, at_ready=at_ready)
+        if at_ready:
+            self.at_ready = (profile, C.FIDELITY_PASSED)
         if accept is not None and accept > 1.0 and profile not in ref.accept:
             self.store.with_accept(ref, profile, accept)  # this profile's own, on these weights
         return None
+
+    def ready_word(self, profile: str) -> str:
+        """What the ready gate's check found for `profile`: `pass`, or `not_checked` (disabled,
+        no reference yet, the reference just taken: nothing compared)."""
+        checked, word = self.at_ready
+        return word if checked == profile else C.FIDELITY_NOT_CHECKED
 
     async def canary_check(self, profile: str, accept: float | None) -> tuple[str, str]:
         """An upgrade candidate's check at its ready gate: (core/canary's fidelity word, what

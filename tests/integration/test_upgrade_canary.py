@@ -240,7 +240,10 @@ def test_a_faster_candidate_with_garbage_outputs_is_rolled_back_for_fidelity(
                                fidelity_reference=True)
     verdict = d.event("upgrade.verdict")
     assert verdict["verdict"] == "rolled_back" and verdict["fidelity"] == "fail", verdict
-    assert verdict["tps_ratio"] > 1.0  # faster, and still rejected
+    # Measured and recorded; that speed cannot redeem a mismatch is the pure judge's test
+    # (tests/unit/core/test_upgrade_canary.py): the ratio of 8-token probes on a loaded 2-core
+    # host is not a fact this test may depend on (it read 0.955 once for 150 vs 100 tok/s).
+    assert verdict["tps_ratio"] is not None
     reason = verdict["reason"]
     assert reason.startswith("fidelity:") and "prompt " in reason, reason
     assert "expected " in reason and "received " in reason and len(reason) <= 500

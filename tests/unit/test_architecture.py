@@ -181,3 +181,13 @@ def test_the_circle_checker_sees_a_type_checking_import(tmp_path: Path) -> None:
     bad.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                    "    from sglang_supervisor.shell.supervisor import Supervisor\n")
     assert SUPERVISOR_MODULE in _imports(bad)
+
+
+# ---- the fifth rule: a command is loaded only when it runs ---------------------------------------
+# `--help`, the daemon and every one-shot command pay for their own imports only: cli.py names the
+# subcommand's module and imports it by name (importlib) after parsing.
+
+def test_cli_imports_no_command_up_front() -> None:
+    bad = {n for n in _imports(PKG / "cli.py") if n.startswith("sglang_supervisor.commands")}
+    assert bad == set(), f"cli.py imports {sorted(bad)}: import the subcommand's module when it runs"
+    assert "importlib" in _imports(PKG / "cli.py")

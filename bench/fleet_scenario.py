@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -207,94 +207,125 @@ def _ready_after(d: Daemon, count: int) -> float:
     return time.monotonic()
 
 
-def run_scenario(router_python: str, workdir: Path, *, control: bool = False) -> Report:
-    """`control`: the replicas know nothing of the gateway (no `gateway:` section); the scenario
-    registers each one itself after READY, as a static worker list would, and nobody drains."""
-    env = {"HF_HUB_OFFLINE": "1"}
-    gw = Gateway(router_python, workdir)
-    gw_url = None if control else gw.url
+@dataclass
+class Scene:
+    """What the scenario's steps share: the gateway, its watcher, the replicas' daemons (every one
+    started, to close at the end) and the events measured so far."""
 
-    def joined(d: Daemon, count: int, url: str) -> float:
+    gw: Gateway
+    watcher: Watcher
+    workdir: Path
+    control: bool
+    env: dict[str, str]
+    daemons: list[Daemon] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def gw_url(self) -> str | None:
+        """The replicas' `gateway:` URL; none in the control run."""
+        return None if self.control else self.gw.url
+
+    def start(self, name: str, cfg: dict[str, Any]) -> Daemon:
+        d = Daemon(self.workdir / name, cfg, env=self.env)
+        self.daemons.append(d)
+        return d
+
+    def joined(self, d: Daemon, count: int, url: str) -> float:
+        """When `d`'s `count`-th READY was seen; in the control run, it is then registered by hand."""
         ready = _ready_after(d, count)
-        if control:
-            req = urllib.request.Request(gw.url + "/workers", data=json.dumps({"url": url}).encode(),
+        if self.control:
+            req = urllib.request.Request(self.gw.url + "/workers", data=json.dumps({"url": url}).encode(),
                                          headers={"content-type": "application/json"})
             with urllib.request.urlopen(req, timeout=10) as r:
                 r.read()
         return ready
 
-    daemons: list[Daemon] = []
+    def measure(self, ev: Event, url: str, began: float, ready_at: float, retries_before: float) -> None:
+        healthy_at = self.watcher.wait_healthy(url, ready_at)
+        ev.ready_to_rotation_s = round(max(0.0, healthy_at - ready_at), 2)
+        ev.out_of_rotation_s = round(self.watcher.out_of_rotation_s(url, began, healthy_at), 2)
+        ev.retries = self.gw.retries() - retries_before
+        self.events.append(ev)
+
+
+def run_scenario(router_python: str, workdir: Path, *, control: bool = False) -> Report:
+    """`control`: the replicas know nothing of the gateway (no `gateway:` section); the scenario
+    registers each one itself after READY, as a static worker list would, and nobody drains."""
+    gw = Gateway(router_python, workdir)
+    scene = Scene(gw, Watcher(gw), workdir, control, {"HF_HUB_OFFLINE": "1"})
     client: Client | None = None
-    watcher = Watcher(gw)
     try:
         (workdir / "b").mkdir()
-        b_cfg = replica_config(workdir / "b", gw_url)
-        b = Daemon(workdir / "b", b_cfg, env=env)
-        daemons.append(b)
+        b_cfg = replica_config(workdir / "b", scene.gw_url)
+        b = scene.start("b", b_cfg)
         b_url = f"http://127.0.0.1:{b_cfg['engine']['port']}"
-        joined(b, 1, b_url)
-        watcher.start()
-        watcher.wait_healthy(b_url, 0.0)
+        scene.joined(b, 1, b_url)
+        scene.watcher.start()
+        scene.watcher.wait_healthy(b_url, 0.0)
         client = Client(gw.url)
         client.start()
-        events: list[Event] = []
-
-        def measure(ev: Event, url: str, began: float, ready_at: float, retries_before: float) -> None:
-            healthy_at = watcher.wait_healthy(url, ready_at)
-            ev.ready_to_rotation_s = round(max(0.0, healthy_at - ready_at), 2)
-            ev.out_of_rotation_s = round(watcher.out_of_rotation_s(url, began, healthy_at), 2)
-            ev.retries = gw.retries() - retries_before
-            events.append(ev)
-
-        # 1. A starts; its first profile's prefill capture fails; it falls back, then serves.
-        (workdir / "a").mkdir()
-        a_cfg = replica_config(workdir / "a", gw_url, "capture-fail:prefill")
-        a_url = f"http://127.0.0.1:{a_cfg['engine']['port']}"
-        before, began = gw.retries(), time.monotonic()
-        a = Daemon(workdir / "a", a_cfg, env=env)
-        daemons.append(a)
-        ready = joined(a, 1, a_url)
-        a.wait_for("a fallback launch", lambda: any(str(e.get("reason", "")).startswith("fallback")
-                                                    for e in a.named("engine.launch")), 5)
-        measure(Event("A falls back (capture fault) and joins", "A", True), a_url, began, ready, before)
-
-        # 2. B: SIGTERM (drain first), then started again on the same state dir.
+        a, a_cfg, a_url = a_starts_and_falls_back(scene)
         time.sleep(2)
-        before, began = gw.retries(), time.monotonic()
-        if b.stop() != 0:
-            raise RuntimeError("replica B did not exit 0 on SIGTERM")
-        b = Daemon(workdir / "b", b_cfg, env=env)
-        daemons.append(b)
-        ready = joined(b, 1, b_url)
-        measure(Event("B SIGTERM, started again", "B", True), b_url, began, ready, before)
-
-        # 3. A: a reload that changes the engine's command.
+        b = b_stops_and_starts_again(scene, b_cfg, b_url, b)
         time.sleep(2)
-        before, began = gw.retries(), time.monotonic()
-        a_cfg["engine"]["args"]["max-running-requests"] = 12
-        a.write_config(a_cfg)
-        a.proc.send_signal(signal.SIGHUP)
-        ready = joined(a, 2, a_url)
-        measure(Event("A reload, command changed", "A", True), a_url, began, ready, before)
-
-        # 4. B's engine crashes (unplanned: the gateway may retry what was in flight there).
+        a_reloads_a_changed_command(scene, a, a_cfg, a_url)
         time.sleep(2)
-        before, began = gw.retries(), time.monotonic()
-        os.killpg(b.engine_pids()[-1], signal.SIGKILL)
-        ready = joined(b, 2, b_url)
-        measure(Event("B engine crash (SIGKILL)", "B", False), b_url, began, ready, before)
-
+        b_engine_crashes(scene, b, b_url)
         time.sleep(1)
         client.stop_event.set()
         client.join(35)
-        return Report(client.ok, list(client.errors), events)
+        return Report(client.ok, list(client.errors), scene.events)
     finally:
         if client is not None:
             client.stop_event.set()
-        watcher.stop_event.set()
-        for d in daemons:
+        scene.watcher.stop_event.set()
+        for d in scene.daemons:
             d.close()
         gw.close()
+
+
+def a_starts_and_falls_back(scene: Scene) -> tuple[Daemon, dict[str, Any], str]:
+    """1. A starts; its first profile's prefill capture fails; it falls back, then serves."""
+    workdir = scene.workdir
+    (workdir / "a").mkdir()
+    a_cfg = replica_config(workdir / "a", scene.gw_url, "capture-fail:prefill")
+    a_url = f"http://127.0.0.1:{a_cfg['engine']['port']}"
+    before, began = scene.gw.retries(), time.monotonic()
+    a = scene.start("a", a_cfg)
+    ready = scene.joined(a, 1, a_url)
+    a.wait_for("a fallback launch", lambda: any(str(e.get("reason", "")).startswith("fallback")
+                                                for e in a.named("engine.launch")), 5)
+    scene.measure(Event("A falls back (capture fault) and joins", "A", True), a_url, began, ready, before)
+    return a, a_cfg, a_url
+
+
+def b_stops_and_starts_again(scene: Scene, b_cfg: dict[str, Any], b_url: str, b: Daemon) -> Daemon:
+    """2. B: SIGTERM (drain first), then started again on the same state dir; the new daemon."""
+    before, began = scene.gw.retries(), time.monotonic()
+    if b.stop() != 0:
+        raise RuntimeError("replica B did not exit 0 on SIGTERM")
+    b = scene.start("b", b_cfg)
+    ready = scene.joined(b, 1, b_url)
+    scene.measure(Event("B SIGTERM, started again", "B", True), b_url, began, ready, before)
+    return b
+
+
+def a_reloads_a_changed_command(scene: Scene, a: Daemon, a_cfg: dict[str, Any], a_url: str) -> None:
+    """3. A: a reload (SIGHUP) that changes the engine's command."""
+    before, began = scene.gw.retries(), time.monotonic()
+    a_cfg["engine"]["args"]["max-running-requests"] = 12
+    a.write_config(a_cfg)
+    a.proc.send_signal(signal.SIGHUP)
+    ready = scene.joined(a, 2, a_url)
+    scene.measure(Event("A reload, command changed", "A", True), a_url, began, ready, before)
+
+
+def b_engine_crashes(scene: Scene, b: Daemon, b_url: str) -> None:
+    """4. B's engine crashes (unplanned: the gateway may retry what was in flight there)."""
+    before, began = scene.gw.retries(), time.monotonic()
+    os.killpg(b.engine_pids()[-1], signal.SIGKILL)
+    ready = scene.joined(b, 2, b_url)
+    scene.measure(Event("B engine crash (SIGKILL)", "B", False), b_url, began, ready, before)
 
 
 def table(title: str, r: Report) -> list[str]:

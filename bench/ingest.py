@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import ROOT, Dist, Row, Section, fmt_dist
@@ -124,6 +125,18 @@ def flood(path: Path, rate: float, seconds: float, through_pump: bool, workdir: 
     return asyncio.run(run())
 
 
+@dataclass
+class Measured:
+    """What one section's runs measured, on one corpus."""
+
+    cat_s: list[float]
+    pump_runs: list[tuple[float, int, int, int]]
+    full_runs: list[tuple[float, int, int, int]]
+    text_lines: list[str]
+    fwd_s: list[float]
+    floods: list[tuple[int, dict[str, float], dict[str, float]]]
+
+
 def run(quick: bool) -> Section:
     sec = Section(
         "ingest", "Log ingest",
@@ -142,51 +155,72 @@ def run(quick: bool) -> Section:
         corpus = work / "corpus.log"
         n_lines = build_corpus(corpus, min_lines)
         size = corpus.stat().st_size
-        devnull = open(os.devnull, "w")  # noqa: SIM115 - lives for the whole section
-        logsetup.configure_logging("journald", devnull, native_journal=False)
-        try:
-            cat_s = [time_cat(corpus) for _ in range(reps)]
-            pump_runs = [asyncio.run(_pump_once(corpus, work, forward=False)) for _ in range(reps)]
-            full_runs = [asyncio.run(_pump_once(corpus, work, forward=True)) for _ in range(reps)]
-            text_lines = corpus.read_text(errors="replace").splitlines()[:200_000]
-            fwd_s = [time_forwarder(text_lines) for _ in range(reps)]
-            flood_s = 2.0 if quick else 5.0
-            floods = []
-            for rate in (1_000, 20_000, 100_000):
-                base = flood(corpus, rate, flood_s, False, work)
-                sup = flood(corpus, rate, flood_s, True, work)
-                floods.append((rate, base, sup))
-        finally:
-            logsetup.shutdown_logging()
-            devnull.close()
-    cat_rate = Dist.of([n_lines / s for s in cat_s])
-    pump_rate = Dist.of([lines / s for s, lines, _, _ in pump_runs])
-    full_rate = Dist.of([lines / s for s, lines, _, _ in full_runs])
-    ratio = Dist.of([n_lines / p[0] / (n_lines / c) for p, c in zip(full_runs, cat_s, strict=True)])
-    dropped = [d / max(1, lines) for _, lines, _, d in full_runs]
-    fwd_rate = Dist.of([len(text_lines) / s for s in fwd_s])
-    sec.raw = {"lines": n_lines, "bytes": size, "cat_s": cat_s, "pump": pump_runs, "full": full_runs,
-               "forwarder_s": fwd_s, "flood": floods}
+        m = measure(corpus, work, reps, quick)
+    sec.raw = {"lines": n_lines, "bytes": size, "cat_s": m.cat_s, "pump": m.pump_runs, "full": m.full_runs,
+               "forwarder_s": m.fwd_s, "flood": m.floods}
+    sec.rows += rate_rows(n_lines, size, m)
+    sec.rows += flood_rows(m.floods)
+    return sec
+
+
+def measure(corpus: Path, work: Path, reps: int, quick: bool) -> Measured:
+    """`cat`, the pump without and with the forwarder, the forwarder alone, and the floods at
+    three rates, with the supervisor's journald-format logging to /dev/null."""
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - lives for the whole section
+    logsetup.configure_logging("journald", devnull, native_journal=False)
+    try:
+        cat_s = [time_cat(corpus) for _ in range(reps)]
+        pump_runs = [asyncio.run(_pump_once(corpus, work, forward=False)) for _ in range(reps)]
+        full_runs = [asyncio.run(_pump_once(corpus, work, forward=True)) for _ in range(reps)]
+        text_lines = corpus.read_text(errors="replace").splitlines()[:200_000]
+        fwd_s = [time_forwarder(text_lines) for _ in range(reps)]
+        flood_s = 2.0 if quick else 5.0
+        floods = []
+        for rate in (1_000, 20_000, 100_000):
+            base = flood(corpus, rate, flood_s, False, work)
+            sup = flood(corpus, rate, flood_s, True, work)
+            floods.append((rate, base, sup))
+    finally:
+        logsetup.shutdown_logging()
+        devnull.close()
+    return Measured(cat_s, pump_runs, full_runs, text_lines, fwd_s, floods)
+
+
+def rate_rows(n_lines: int, size: int, m: Measured) -> list[Row]:
+    """The corpus, then lines/s of `cat`, the pump, the pump + forwarder and the forwarder alone."""
+    cat_rate = Dist.of([n_lines / s for s in m.cat_s])
+    pump_rate = Dist.of([lines / s for s, lines, _, _ in m.pump_runs])
+    full_rate = Dist.of([lines / s for s, lines, _, _ in m.full_runs])
+    ratio = Dist.of([n_lines / p[0] / (n_lines / c) for p, c in zip(m.full_runs, m.cat_s, strict=True)])
+    dropped = [d / max(1, lines) for _, lines, _, d in m.full_runs]
+    fwd_rate = Dist.of([len(m.text_lines) / s for s in m.fwd_s])
     mean_len = size / n_lines
-    sec.rows.append(Row("corpus", f"{n_lines:,} lines, {size / 1e6:.0f} MB ({mean_len:.0f} B/line)"))
-    sec.rows.append(Row("`cat FILE > /dev/null`", fmt_dist(cat_rate, "k lines/s", 1e-3, 0)))
-    sec.rows.append(Row("reader + file + parser", fmt_dist(pump_rate, "k lines/s", 1e-3, 0)))
-    sec.rows.append(Row(
-        "reader + file + parser + forwarder", fmt_dist(full_rate, "k lines/s", 1e-3, 0),
-        "≥ 200k lines/s", full_rate.p(50) >= 200_000,
-        f"forwarder dropped {100 * max(dropped):.1f}% of lines at most (bounded queue: it drops, never "
-        "blocks the reader; the engine log file keeps every byte)",
-    ))
-    sec.rows.append(Row("ratio to `cat`", f"p50 {ratio.p(50):.3f}, min {ratio.min:.3f}", "≥ 0.25",
-                        ratio.p(50) >= 0.25,
-                        "`cat` copies bytes without looking at lines; the supervisor splits, parses "
-                        "(CPython regexes per line) and forwards each line. What matters for the engine "
-                        "is the flood rows below: at realistic rates it is never slowed."))
-    sec.rows.append(Row("forwarder alone (log_engine_line → journald format)",
-                        fmt_dist(fwd_rate, "k lines/s", 1e-3, 0)))
+    return [
+        Row("corpus", f"{n_lines:,} lines, {size / 1e6:.0f} MB ({mean_len:.0f} B/line)"),
+        Row("`cat FILE > /dev/null`", fmt_dist(cat_rate, "k lines/s", 1e-3, 0)),
+        Row("reader + file + parser", fmt_dist(pump_rate, "k lines/s", 1e-3, 0)),
+        Row(
+            "reader + file + parser + forwarder", fmt_dist(full_rate, "k lines/s", 1e-3, 0),
+            "≥ 200k lines/s", full_rate.p(50) >= 200_000,
+            f"forwarder dropped {100 * max(dropped):.1f}% of lines at most (bounded queue: it drops, never "
+            "blocks the reader; the engine log file keeps every byte)",
+        ),
+        Row("ratio to `cat`", f"p50 {ratio.p(50):.3f}, min {ratio.min:.3f}", "≥ 0.25",
+            ratio.p(50) >= 0.25,
+            "`cat` copies bytes without looking at lines; the supervisor splits, parses "
+            "(CPython regexes per line) and forwards each line. What matters for the engine "
+            "is the flood rows below: at realistic rates it is never slowed."),
+        Row("forwarder alone (log_engine_line → journald format)",
+            fmt_dist(fwd_rate, "k lines/s", 1e-3, 0)),
+    ]
+
+
+def flood_rows(floods: list[tuple[int, dict[str, float], dict[str, float]]]) -> list[Row]:
+    """One row per flood rate: the writer's achieved rate and longest write, with and without us."""
+    rows = []
     for rate, base, sup in floods:
         slowed = sup["rate"] < 0.95 * base["rate"]
-        sec.rows.append(Row(
+        rows.append(Row(
             f"engine writing {rate:,} lines/s",
             f"achieved {sup['rate']:,.0f}/s with the supervisor vs {base['rate']:,.0f}/s without; "
             f"longest write {1000 * sup['longest_write_s']:.1f} ms "
@@ -197,4 +231,4 @@ def run(quick: bool) -> Section:
             "single reader thread, which parses every line, is then slower than the writer and the "
             "pipe fills",
         ))
-    return sec
+    return rows

@@ -1,5 +1,8 @@
 """Small modules and short functions, or a stated reason (issue 13, item 5).
 
+Checked in the package (daemon/sglang_supervisor) and in the Python that drives it from outside:
+the GPU end-to-end scripts (scripts/gpu) and the benchmarks (bench).
+
 A module of more than 400 lines, or a function of more than 60, says why it is one unit in its
 docstring, on a line that starts with `Long because:` (a table, a schema, an argparse surface, one
 state machine...). A reason is a claim a reviewer can check; a number is not a reason, so the
@@ -13,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[2] / "daemon" / "sglang_supervisor"
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "daemon" / "sglang_supervisor"
+SCRIPT_DIRS = (ROOT / "scripts" / "gpu", ROOT / "bench")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 MARKER = "Long because:"
@@ -63,16 +68,34 @@ def unexplained(path: Path) -> list[str]:
 
 
 FILES = sorted(PKG.rglob("*.py"))
+SCRIPT_FILES = sorted(p for d in SCRIPT_DIRS for p in d.rglob("*.py"))
 
 
 def _rel(path: Path) -> str:
     return str(path.relative_to(PKG))
 
 
+def _rel_root(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
 @pytest.mark.parametrize("path", FILES, ids=_rel)
 def test_long_units_say_why(path: Path) -> None:
+    _assert_explained(path, _rel(path))
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=_rel_root)
+def test_long_units_of_scripts_and_benchmarks_say_why(path: Path) -> None:
+    _assert_explained(path, _rel_root(path))
+
+
+def test_the_script_directories_are_seen() -> None:
+    assert all(any(p.is_relative_to(d) for p in SCRIPT_FILES) for d in SCRIPT_DIRS), SCRIPT_DIRS
+
+
+def _assert_explained(path: Path, name: str) -> None:
     bad = unexplained(path)
-    assert bad == [], (f"{_rel(path)}: {bad} exceed {MAX_MODULE_LINES} lines per module / "
+    assert bad == [], (f"{name}: {bad} exceed {MAX_MODULE_LINES} lines per module / "
                        f"{MAX_FUNCTION_LINES} per function: split them into parts named for what "
                        f"they hold, or say why each is one unit on a '{MARKER} ...' line of its docstring")
 

@@ -36,39 +36,8 @@ def s9_ab(ctx: Context) -> None:
     if ctx.left() < need:
         ctx.skip(name, f"budget: {ctx.left():.0f} s left, {need} s needed")
         return
-    profiles = [{"name": "decode-graphs", "description": "Decode CUDA graphs, prefill eager."}]
-    profile = "tuned" if seed else "decode-graphs"
     runs = ctx.o.ab_probes
-    arms: list[dict[str, Any]] = []
-    for i, arm in enumerate(["hand", "supervised", "hand", "supervised"]):
-        if ctx.left() < (110 if ctx.real else 10):
-            arms.append({"arm": arm, "skipped": f"{ctx.left():.0f} s left"})
-            break
-        cfg = seed_ab_config(ctx, f"ab{i}") if seed else big_config(ctx, f"ab{i}", profiles)
-        t0 = time.time()
-        if arm == "hand":
-            res = ctx.hand_launch(cfg, profile=profile, log_name=f"ab{i}-hand-engine.log", runs=runs)
-            series = res.get("probe_series") or {}
-            arms.append({"arm": arm, "i": i, "ready_s": res.get("ready_after_s"),
-                         "tok_s": [r["decode_tok_s"] for r in series.get("runs", [])],
-                         "median": series.get("median_tok_s"), "error": res.get("error")})
-            continue
-        sup = SupervisorRun(ctx.o.python, cfg, ctx.work / f"ab{i}", f"ab{i}")
-        try:
-            ok = sup.wait(lambda: bool(sup.notify.times("READY=1")), min(ctx.deadline - 60, t0 + 300))
-            rec: dict[str, Any] = {"arm": arm, "i": i, "ready_s": round(time.time() - t0, 1) if ok else None}
-            readies = sup.named("supervisor.ready")
-            rec["profile"] = readies[0][1].get("profile") if readies else None
-            if ok:
-                series = probe_series(sup.engine_url, runs, ctx.nvml.sm_clock_mhz)
-                rec.update({"tok_s": [r["decode_tok_s"] for r in series["runs"]],
-                            "median": series["median_tok_s"]})
-            rec["supervisor_probes_during"] = len([1 for t, _ in sup.named("probe.ok") if t > t0])
-            rec["stop"] = sup.stop(60)
-            arms.append(rec)
-        finally:
-            sup.close()
-            time.sleep(2)
+    arms = measure_arms(ctx, seed, runs)
     hand = [a["median"] for a in arms if a["arm"] == "hand" and a.get("median")]
     sup_m = [a["median"] for a in arms if a["arm"] == "supervised" and a.get("median")]
     ratio = round(statistics.mean(sup_m) / statistics.mean(hand), 4) if hand and sup_m else None
@@ -89,3 +58,53 @@ def s9_ab(ctx: Context) -> None:
     if not ctx.real:
         checks = [c for c in checks if "0.98" not in c["name"]]  # a shared CPU measures the neighbours
     ctx.record(name, checks, numbers)
+
+
+def measure_arms(ctx: Context, seed: bool, runs: int) -> list[dict[str, Any]]:
+    """The four arms, hand / supervised / hand / supervised, each a fresh start of the same
+    configuration; stops at the first arm the budget has no room for."""
+    profiles = [{"name": "decode-graphs", "description": "Decode CUDA graphs, prefill eager."}]
+    profile = "tuned" if seed else "decode-graphs"
+    arms: list[dict[str, Any]] = []
+    for i, arm in enumerate(["hand", "supervised", "hand", "supervised"]):
+        if ctx.left() < (110 if ctx.real else 10):
+            arms.append({"arm": arm, "skipped": f"{ctx.left():.0f} s left"})
+            break
+        cfg = seed_ab_config(ctx, f"ab{i}") if seed else big_config(ctx, f"ab{i}", profiles)
+        if arm == "hand":
+            arms.append(hand_arm(ctx, cfg, i, profile, runs))
+        else:
+            arms.append(supervised_arm(ctx, cfg, i, runs))
+    return arms
+
+
+def hand_arm(ctx: Context, cfg: dict[str, Any], i: int, profile: str, runs: int) -> dict[str, Any]:
+    """Arm `i`: `profile`'s argv started by hand, stdout to a file, `runs` streamed probes."""
+    res = ctx.hand_launch(cfg, profile=profile, log_name=f"ab{i}-hand-engine.log", runs=runs)
+    series = res.get("probe_series") or {}
+    return {"arm": "hand", "i": i, "ready_s": res.get("ready_after_s"),
+            "tok_s": [r["decode_tok_s"] for r in series.get("runs", [])],
+            "median": series.get("median_tok_s"), "error": res.get("error")}
+
+
+def supervised_arm(ctx: Context, cfg: dict[str, Any], i: int, runs: int) -> dict[str, Any]:
+    """Arm `i`: the supervisor starts `cfg`; after READY, `runs` streamed probes while its own
+    periodic probes go on (counted), then SIGTERM."""
+    t0 = time.time()
+    sup = SupervisorRun(ctx.o.python, cfg, ctx.work / f"ab{i}", f"ab{i}")
+    try:
+        ok = sup.wait(lambda: bool(sup.notify.times("READY=1")), min(ctx.deadline - 60, t0 + 300))
+        rec: dict[str, Any] = {"arm": "supervised", "i": i,
+                               "ready_s": round(time.time() - t0, 1) if ok else None}
+        readies = sup.named("supervisor.ready")
+        rec["profile"] = readies[0][1].get("profile") if readies else None
+        if ok:
+            series = probe_series(sup.engine_url, runs, ctx.nvml.sm_clock_mhz)
+            rec.update({"tok_s": [r["decode_tok_s"] for r in series["runs"]],
+                        "median": series["median_tok_s"]})
+        rec["supervisor_probes_during"] = len([1 for t, _ in sup.named("probe.ok") if t > t0])
+        rec["stop"] = sup.stop(60)
+        return rec
+    finally:
+        sup.close()
+        time.sleep(2)

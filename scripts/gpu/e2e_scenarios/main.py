@@ -226,6 +226,18 @@ def s5_doctor_metrics(ctx: Context, sup: SupervisorRun, doctor: subprocess.Popen
 
 
 def s4_restart_stop(ctx: Context, sup: SupervisorRun) -> None:
+    """SIGKILL of a scheduler -> the supervisor restarts the engine, READY again; then SIGTERM ->
+    a bounded drain, nothing of the engine or the supervisor's group left, GPU memory back."""
+    checks, numbers = sigkill_a_scheduler(ctx, sup)
+    for part in (sigterm_leaves_nothing(ctx, sup), gpu_memory_back(ctx)):
+        checks += part[0]
+        numbers.update(part[1])
+    ctx.record("s4_restart_stop", checks, numbers)
+
+
+def sigkill_a_scheduler(ctx: Context, sup: SupervisorRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """s4's first half: SIGKILL the highest rank's scheduler (the launcher on the simulator), then
+    the supervisor sees it die, relaunches, is READY again; a second probe series after that."""
     checks: list[dict[str, Any]] = []
     numbers: dict[str, Any] = {}
     status = sup.status()
@@ -266,7 +278,14 @@ def s4_restart_stop(ctx: Context, sup: SupervisorRun) -> None:
             numbers["after_restart_probe_median_tok_s"] = ctx.after_restart["median_tok_s"]
     elif victim is not None:
         checks.append(check("restart scenario fitted the budget", False, f"{ctx.left():.0f} s left"))
-    # SIGTERM: bounded drain, nothing left, GPU memory back.
+    return checks, numbers
+
+
+def sigterm_leaves_nothing(ctx: Context, sup: SupervisorRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """SIGTERM: the supervisor exits 0 within drain+kill, no process of the engine or of its own
+    process group is left (nor, on the GPU machine, any live sglang:: process)."""
+    checks: list[dict[str, Any]] = []
+    numbers: dict[str, Any] = {}
     drain = float(sup.config["timeouts"]["drain_s"]) + float(sup.config["timeouts"]["kill_s"])
     pgid_before = [p["pid"] for p in proc_table() if p["pgid"] == sup.proc.pid]
     engine_pid = sup.status().get("engine_pid")
@@ -288,6 +307,13 @@ def s4_restart_stop(ctx: Context, sup: SupervisorRun) -> None:
     numbers["zombies_left"] = [f"{p['pid']} {p['comm']} ppid={p['ppid']}" for p in sglang_procs(True)]
     checks.append(check("no process of the supervisor's group left", not group_left,
                         [p["cmd"][:60] for p in group_left]))
+    return checks, numbers
+
+
+def gpu_memory_back(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """After the stop: GPU memory back to the baseline (+256 MiB) within 15 s, where NVML is."""
+    checks: list[dict[str, Any]] = []
+    numbers: dict[str, Any] = {}
     if ctx.baseline_mem is not None:
         t = time.time()
         mem = ctx.nvml.used(ctx.o.tp) or []
@@ -301,6 +327,6 @@ def s4_restart_stop(ctx: Context, sup: SupervisorRun) -> None:
                             {"baseline": ctx.baseline_mem, "after": mem}))
     else:
         numbers["gpu_memory"] = "no NVML here"
-    ctx.record("s4_restart_stop", checks, numbers)
+    return checks, numbers
 
 # -- scenario 3 ------------------------------------------------------------------------------

@@ -50,14 +50,44 @@ def s6_tune(ctx: Context) -> None:
     if ctx.left() < need:
         ctx.skip("s6_tune", f"not run: budget ({ctx.left():.0f} s left, {need} s needed)")
         return
+    cfg = tune_config(ctx)
+    names = [p["name"] for p in PROFILES]
+    rounds = max(3, ctx.o.probe_runs)
+    numbers: dict[str, Any] = {"profiles": names, "rounds": rounds}
+    hand = measure_by_hand(ctx, cfg, names, rounds)
+    numbers["hand"] = hand
+    hand_tps = {n: float(h["median_tok_s"]) for n, h in hand.items() if h.get("median_tok_s")}
+    numbers["hand_order"] = sorted(hand_tps, key=lambda n: -hand_tps[n])
+    rc, out, err, wall = run_tune(ctx, cfg, rounds)
+    numbers["tune_wall_s"] = wall
+    numbers["tune_progress"] = err.splitlines()[-30:]
+    doc: Any = None
+    with contextlib.suppress(ValueError):
+        doc = json.loads(out)
+    winner = doc.get("winner") if isinstance(doc, dict) else None
+    numbers["tune"] = doc
+    checks = ranking_checks(ctx, rc, doc, hand_tps, names=names, numbers=numbers)
+    # `run` on the same state directory starts the winner (READY in ~56 s on the H200, warm JIT).
+    if winner and ctx.left() > (75 if ctx.real else 15):
+        checks += run_starts_the_winner(ctx, cfg, winner, numbers)
+    else:
+        checks.append(check("run of the winner fitted the budget", False,
+                            {"winner": winner, "left_s": round(ctx.left())}))
+    ctx.record("s6_tune", checks, numbers)
+
+
+def tune_config(ctx: Context) -> dict[str, Any]:
+    """The ~8B model's configuration with the whole ladder, the prefill graph left to the ladder."""
     cfg = big_config(ctx, "tune", PROFILES)
     # The ladder itself decides the prefill graph here (BIG_ARGS keeps it off for the A/B).
     cfg["engine"]["args"].pop("cuda-graph-backend-prefill", None)
     cfg["probe"].update({"max_new_tokens": 256})
-    names = [p["name"] for p in PROFILES]
-    rounds = max(3, ctx.o.probe_runs)
-    numbers: dict[str, Any] = {"profiles": names, "rounds": rounds}
-    checks: list[dict[str, Any]] = []
+    return cfg
+
+
+def measure_by_hand(ctx: Context, cfg: dict[str, Any], names: list[str],
+                    rounds: int) -> dict[str, dict[str, Any]]:
+    """Each profile's argv started by hand, `rounds` streamed probes: decode and TTFT medians."""
     hand: dict[str, dict[str, Any]] = {}
     for name in names:
         if ctx.left() < (250 if ctx.real else 20):  # tune's three starts and run's one
@@ -70,13 +100,17 @@ def s6_tune(ctx: Context) -> None:
                       "tok_s": [r["decode_tok_s"] for r in series.get("runs", [])],
                       "ttft_median_s": statistics.median(ttfts) if ttfts else None,
                       "error": res.get("error")}
-    numbers["hand"] = hand
-    hand_tps = {n: float(h["median_tok_s"]) for n, h in hand.items() if h.get("median_tok_s")}
-    numbers["hand_order"] = sorted(hand_tps, key=lambda n: -hand_tps[n])
+    return hand
+
+
+def run_tune(ctx: Context, cfg: dict[str, Any], rounds: int) -> tuple[Any, str, str, float]:
+    """`sglang_supervisor tune --json` on `cfg` within the budget: (rc or "timeout", stdout,
+    stderr, wall seconds)."""
     path = ctx.work / "tune" / "tune.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     t0 = time.time()
+    rc: Any
     try:
         r = subprocess.run([ctx.o.python, "-m", "sglang_supervisor", "tune", "--config", str(path),
                             "--rounds", str(rounds), "--json"], capture_output=True, text=True,
@@ -86,47 +120,50 @@ def s6_tune(ctx: Context) -> None:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
         rc = "timeout"
-    numbers["tune_wall_s"] = round(time.time() - t0, 1)
-    numbers["tune_progress"] = err.splitlines()[-30:]
-    doc: Any = None
-    with contextlib.suppress(ValueError):
-        doc = json.loads(out)
+    return rc, out, err, round(time.time() - t0, 1)
+
+
+def ranking_checks(ctx: Context, rc: Any, doc: Any, hand_tps: dict[str, float], *, names: list[str],
+                   numbers: dict[str, Any]) -> list[dict[str, Any]]:
+    """tune's exit and ranking against the hand-measured medians; adds tune_order and
+    tune_over_hand to `numbers`."""
     ranking = doc.get("ranking", []) if isinstance(doc, dict) else []
-    winner = doc.get("winner") if isinstance(doc, dict) else None
-    numbers["tune"] = doc
     tune_order = [e["profile"] for e in ranking if e.get("decode_tps_p50") is not None]
     numbers["tune_order"] = tune_order
     numbers["tune_over_hand"] = {
         e["profile"]: round(e["decode_tps_p50"] / hand_tps[e["profile"]], 4)
         for e in ranking if e.get("decode_tps_p50") and e["profile"] in hand_tps}
-    checks.append(check("tune exit 0", rc == 0, rc))
-    checks.append(check("tune ranked every profile of the ladder", len(tune_order) == len(names), tune_order))
-    checks.append(check("every profile measured by hand", len(hand_tps) == len(names), numbers["hand_order"]))
+    checks = [check("tune exit 0", rc == 0, rc),
+              check("tune ranked every profile of the ladder", len(tune_order) == len(names), tune_order),
+              check("every profile measured by hand", len(hand_tps) == len(names), numbers["hand_order"])]
     if ctx.real:  # on a shared CPU the order measures the neighbours
         bad = ranking_disagreements(tune_order, hand_tps)
         checks.append(check(f"tune's order agrees with the hand-measured order (ties: < {TIE_FRACTION:.0%})",
                             bool(tune_order) and len(hand_tps) == len(names) and not bad,
                             bad or {"tune": tune_order, "hand": numbers["hand_order"]}))
-    # `run` on the same state directory starts the winner (READY in ~56 s on the H200, warm JIT).
-    if winner and ctx.left() > (75 if ctx.real else 15):
-        sup = SupervisorRun(ctx.o.python, cfg, ctx.work / "tune-run", "tune-run")
-        try:
-            ok = sup.wait(lambda: bool(sup.notify.times("READY=1")), ctx.deadline - 5)
-            if ok:
-                sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
-            spawned = [d.get("profile") for _, d in sup.named("engine.spawned")]
-            readies = sup.named("supervisor.ready")
-            numbers["run"] = {"spawned": spawned, "ready": readies[0][1] if readies else None,
-                              "launch_to_READY_s": round(sup.notify.times("READY=1")[0] - sup.t0, 1)
-                              if ok else None}
-            checks.append(check("run started tune's winner first", spawned[:1] == [winner],
-                                {"winner": winner, "spawned": spawned}))
-            checks.append(check("run READY on the winner", ok and bool(readies)
-                                and readies[0][1].get("profile") == winner, numbers["run"]["ready"]))
-            numbers["run"]["stop"] = sup.stop(60)
-        finally:
-            sup.close()
-    else:
-        checks.append(check("run of the winner fitted the budget", False,
-                            {"winner": winner, "left_s": round(ctx.left())}))
-    ctx.record("s6_tune", checks, numbers)
+    return checks
+
+
+def run_starts_the_winner(ctx: Context, cfg: dict[str, Any], winner: str,
+                          numbers: dict[str, Any]) -> list[dict[str, Any]]:
+    """`run` on tune's state directory: it spawns the winner first and is READY on it. Adds
+    numbers["run"]."""
+    checks: list[dict[str, Any]] = []
+    sup = SupervisorRun(ctx.o.python, cfg, ctx.work / "tune-run", "tune-run")
+    try:
+        ok = sup.wait(lambda: bool(sup.notify.times("READY=1")), ctx.deadline - 5)
+        if ok:
+            sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
+        spawned = [d.get("profile") for _, d in sup.named("engine.spawned")]
+        readies = sup.named("supervisor.ready")
+        numbers["run"] = {"spawned": spawned, "ready": readies[0][1] if readies else None,
+                          "launch_to_READY_s": round(sup.notify.times("READY=1")[0] - sup.t0, 1)
+                          if ok else None}
+        checks.append(check("run started tune's winner first", spawned[:1] == [winner],
+                            {"winner": winner, "spawned": spawned}))
+        checks.append(check("run READY on the winner", ok and bool(readies)
+                            and readies[0][1].get("profile") == winner, numbers["run"]["ready"]))
+        numbers["run"]["stop"] = sup.stop(60)
+    finally:
+        sup.close()
+    return checks

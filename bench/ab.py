@@ -83,6 +83,12 @@ def figures(report: dict[str, Any]) -> Figures:
     return out
 
 
+def errors(report: dict[str, Any]) -> list[str]:
+    """`key: last line of its error` for each section of a report that did not measure."""
+    return [f"{sec['key']}: {sec['error'].strip().splitlines()[-1]}" for sec in report["sections"]
+            if sec.get("error") and sec["error"].strip()]
+
+
 def _fmt(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
@@ -161,6 +167,7 @@ def main() -> int:
     sha = _git("rev-parse", "--short", f"{args.base}^{{commit}}")
     workdir = args.workdir or Path(tempfile.gettempdir()) / f"bench-ab-{sha}"
     samples: dict[str, list[Figures]] = {"A": [], "B": []}
+    failed: list[str] = []  # sections that did not measure: their figures are missing below
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # each side imports its own daemon
     try:
         prepare_base(args.base, workdir, args.own_harness)
@@ -171,7 +178,9 @@ def main() -> int:
                 subprocess.run([str(root / "bench" / "run"), *passthrough, "--out", f"{out}.md",
                                 "--json", f"{out}.json"], cwd=root, env=env, check=False)
                 if Path(f"{out}.json").exists():
-                    samples[side].append(figures(json.loads(Path(f"{out}.json").read_text())))
+                    rep = json.loads(Path(f"{out}.json").read_text())
+                    samples[side].append(figures(rep))
+                    failed += [f"run {i + 1} ({side}) {e}" for e in errors(rep)]
     finally:
         if not args.keep and (workdir / OWNED).exists():
             done = subprocess.run(["git", "worktree", "remove", "--force", str(workdir)], cwd=ROOT,
@@ -184,6 +193,12 @@ def main() -> int:
     print(f"A = {sha} ({args.base}), B = {_git('rev-parse', '--short', 'HEAD')} + working tree; "
           f"{args.rounds} round(s), A and B alternating; bench/run {' '.join(passthrough)}\n")
     print(table(samples["A"], samples["B"]))
+    if failed:
+        # A comparison with a side's section missing is no comparison: say which, and fail
+        # (e.g. B's harness importing a module path A does not have: use --own-harness).
+        print("bench/ab: sections that did not measure (their rows are left out):\n  "
+              + "\n  ".join(failed), file=sys.stderr)
+        return 1
     return 0
 
 

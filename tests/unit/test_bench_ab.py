@@ -67,3 +67,9 @@ def test_a_directory_bench_ab_did_not_make_is_never_used_nor_touched(tmp_path: P
             ab.prepare_base("HEAD", workdir, own_harness=False)
     assert (mine / "bench" / "notes.txt").read_text() == "uncommitted work"
     assert (ab.ROOT / "bench" / "ab.py").exists()
+
+
+def test_a_section_that_did_not_measure_is_named_with_its_last_error_line() -> None:
+    assert ab.errors(report(1.0)) == []
+    bad = report(1.0, steady_error="Traceback (most recent call last):\n  ...\nModuleNotFoundError: x\n")
+    assert ab.errors(bad) == ["steady: ModuleNotFoundError: x"]

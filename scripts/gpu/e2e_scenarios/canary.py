@@ -27,9 +27,11 @@ CANARY_SITE16 = "/tmp/site16"
 CANARY_PROFILES: list[dict[str, Any]] = [
     {"name": "decode-graphs", "description": "Decode CUDA graphs, prefill eager.",
      "args": {"cuda-graph-backend-prefill": "disabled"}}]
-# Launch-to-launch tok/s of the tiny model varies up to ~15 % (docs/gpu-validation, round 6): the
-# product's 0.98 is for real models. TTFT of a 64-token prompt is milliseconds: as noisy.
-CANARY_MIN_TPS_RATIO = 0.80
+# Launch-to-launch tok/s of the tiny model varies by up to 0.72x on one GPU (docs/gpu-validation
+# round 9: 527 vs 729 tok/s for the same release): the product's 0.98 is for real models. The
+# foreign matmul load took an 8B model to 0.46x (round 2). TTFT of a 64-token prompt is
+# milliseconds: as noisy.
+CANARY_MIN_TPS_RATIO = 0.60
 CANARY_MAX_TTFT_RATIO = 3.0
 # What the simulator's candidate decodes at under the emulated foreign load (the current: 100).
 SIM_TPS, SIM_LOADED_TPS = 100, 40
@@ -171,8 +173,8 @@ def s14_canary(ctx: Context) -> None:
         sup.close()
     ctx.record(name, checks, numbers, note=(
         f"upgrade.min_tps_ratio {CANARY_MIN_TPS_RATIO} (product default 0.98, meant for real "
-        "models): the tiny model's launch-to-launch tok/s varies up to ~15 % (docs/gpu-validation "
-        f"round 6); upgrade.max_ttft_ratio {CANARY_MAX_TTFT_RATIO} for the same reason (a "
+        "models): the tiny model's launch-to-launch tok/s varies by up to 0.72x (docs/gpu-validation "
+        f"round 9); upgrade.max_ttft_ratio {CANARY_MAX_TTFT_RATIO} for the same reason (a "
         "millisecond TTFT). The rollback is caused by a foreign matmul loop on the same GPU."))
 
 

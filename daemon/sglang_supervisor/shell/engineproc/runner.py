@@ -174,8 +174,7 @@ class EngineRunner:
     async def launch(self, a: Launch) -> None:
         try:
             if self.started_once:
-                target: set[int] | int = (self.gpu_baseline if self.gpu_baseline is not None
-                                          else self.last_pids)
+                target = gpu.release_target(gpu.snapshot(), self.last_pids, self.gpu_baseline)
                 released = await gpu.wait_for_release(target, self.current.config.timeouts.gpu_release_s,
                                                       gpu_indices=self.gpu_set())
                 if released is False:

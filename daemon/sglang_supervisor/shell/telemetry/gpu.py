@@ -52,6 +52,7 @@ __all__ = [
     "nvml_available",
     "p2p_link",
     "release_done",
+    "release_target",
     "snapshot",
     "total_used",
     "wait_for_release",
@@ -278,6 +279,16 @@ def release_done(gpus: list[GpuInfo], target: set[int] | int, slack_bytes: int,
     if isinstance(target, int):
         return total_used(gpus, gpu_indices) <= target + slack_bytes
     return not any(p.pid in target for g in gpus for p in g.processes)
+
+
+def release_target(gpus: list[GpuInfo] | None, pids: set[int], baseline: int | None) -> set[int] | int:
+    """Pure: what a relaunch waits for. Our PIDs where NVML lists any of them: exact, so a process
+    that came onto the GPU after our first start cannot hold every relaunch for the whole timeout.
+    Else (a PID namespace hides ours, or they are already gone) the bytes in use before our first
+    start, as before."""
+    if gpus is not None and any(p.pid in pids for g in gpus for p in g.processes):
+        return pids
+    return baseline if baseline is not None else pids
 
 
 async def wait_for_release(

@@ -164,6 +164,26 @@ def test_wait_for_release_times_out_and_baseline_mode() -> None:
     assert asyncio.run(one_gpu) is False
 
 
+def _one_gpu(used: int, *pids: tuple[int, int]) -> gpu.GpuInfo:
+    return gpu.GpuInfo(0, "GPU-0", "H100", "9.0", "580", used, 80 * 2**30, None, None, None, None,
+                       None, None, (), tuple(gpu.GpuProcess(p, b) for p, b in pids))
+
+
+def test_release_target_waits_on_our_pids_where_nvml_lists_them() -> None:
+    # Our engine (pid 100) still listed next to a foreign load (pid 7) that came after our first
+    # start: wait on our PIDs, not on a baseline the foreign load keeps exceeded.
+    both = [_one_gpu(5 * 2**30, (100, 4 * 2**30), (7, 2**30))]
+    assert gpu.release_target(both, {100, 101}, baseline=0) == {100, 101}
+    # Ours not listed (a PID namespace, or already gone): the bytes before our first start.
+    foreign_only = [_one_gpu(2**30, (7, 2**30))]
+    assert gpu.release_target(foreign_only, {100}, baseline=0) == 0
+    assert gpu.release_target(None, {100}, baseline=3) == 3
+    assert gpu.release_target(foreign_only, {100}, baseline=None) == {100}
+    # With that target the foreign load no longer holds the relaunch (it did with the baseline).
+    assert gpu.release_done(foreign_only, gpu.release_target(both, {100}, 0), 0, None) is True
+    assert gpu.release_done(foreign_only, 0, 0, None) is False
+
+
 def test_descendant_pids_of_this_process() -> None:
     pids = gpu.descendant_pids(os.getppid())
     assert os.getpid() in pids and os.getppid() in pids

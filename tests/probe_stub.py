@@ -3,6 +3,7 @@ streaming `/generate` paced at a fixed decode rate, `/metrics` with load and cou
 
 The full simulator (`sglang-sim`) is what the supervisor's integration tests use; this stub keeps
 the probe's measurement tests independent of the simulator's log and process model.
+`MemoryStore` is the baseline store those tests hand the monitor: it keeps what is set, has none.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,6 +20,20 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorMetrics
+
+
+class MemoryStore:
+    """The monitor's baseline store in memory: no baseline to start from; a set one is kept."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def baseline(self, key: str) -> Any:
+        return None
+
+    def set_baseline(self, key: str, value: float, now: float) -> bool:
+        self.values[key] = value
+        return True
 
 
 class StubEngine:

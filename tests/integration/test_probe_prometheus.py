@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from probe_stub import StubEngine
+from probe_stub import MemoryStore, StubEngine
 from prometheus_server import aquery, prometheus
 from sglang_supervisor.shell.checks.monitor import ThroughputMonitor
 from sglang_supervisor.shell.telemetry.gpu import Nvml
@@ -19,17 +19,6 @@ from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorM
 
 pytestmark = pytest.mark.integration
 
-
-class MemoryStore:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def baseline(self, key: str) -> Any:
-        return None
-
-    def set_baseline(self, key: str, value: float, now: float) -> bool:
-        self.values[key] = value
-        return True
 
 
 class Settings:

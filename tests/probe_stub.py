@@ -3,7 +3,7 @@ streaming `/generate` paced at a fixed decode rate, `/metrics` with load and cou
 
 The full simulator (`sglang-sim`) is what the supervisor's integration tests use; this stub keeps
 the probe's measurement tests independent of the simulator's log and process model.
-`MemoryStore` is the baseline store those tests hand the monitor: it keeps what is set, has none.
+`MemoryStore`, `ProbeSettings` and `no_nvml` are what those tests hand the monitor besides the engine.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -20,6 +21,26 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorMetrics
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The `probe:` settings the monitor reads; the pace and the probe's size are each test's."""
+
+    interval_s: float
+    max_new_tokens: int
+    timeout_s: float
+    enabled: bool = True
+    input_tokens: int = 16
+    baseline_runs: int = 3
+    regression_delta: float = 0.15
+    regression_window: int = 3
+    cooldown_s: float = 60.0
+    act_on_regression: bool = True
+
+
+def no_nvml(name: str) -> Any:
+    raise ImportError("NVML is not used in this test")
 
 
 class MemoryStore:

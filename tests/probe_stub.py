@@ -3,7 +3,8 @@ streaming `/generate` paced at a fixed decode rate, `/metrics` with load and cou
 
 The full simulator (`sglang-sim`) is what the supervisor's integration tests use; this stub keeps
 the probe's measurement tests independent of the simulator's log and process model.
-`MemoryStore`, `ProbeSettings` and `no_nvml` are what those tests hand the monitor besides the engine.
+`MemoryStore`, `ProbeSettings` and `no_nvml` are what those tests hand the monitor besides the engine
+(`ProbeSettings` and `no_nvml` the monitor's unit tests too).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorM
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """The `probe:` settings the monitor reads; the pace and the probe's size are each test's."""
+    """The `probe:` settings the monitor reads (here and in tests/unit/shell/checks); a test sets
+    the pace and the probe's size it needs."""
 
-    interval_s: float
-    max_new_tokens: int
-    timeout_s: float
+    interval_s: float = 0.0
+    max_new_tokens: int = 8
+    timeout_s: float = 5.0
     enabled: bool = True
     input_tokens: int = 16
     baseline_runs: int = 3

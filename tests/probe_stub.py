@@ -3,6 +3,8 @@ streaming `/generate` paced at a fixed decode rate, `/metrics` with load and cou
 
 The full simulator (`sglang-sim`) is what the supervisor's integration tests use; this stub keeps
 the probe's measurement tests independent of the simulator's log and process model.
+`MemoryStore`, `ProbeSettings` and `no_nvml` are what those tests hand the monitor besides the engine
+(`ProbeSettings` and `no_nvml` the monitor's unit tests too).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,6 +22,41 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorMetrics
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The `probe:` settings the monitor reads (here and in tests/unit/shell/checks); a test sets
+    the pace and the probe's size it needs."""
+
+    interval_s: float = 0.0
+    max_new_tokens: int = 8
+    timeout_s: float = 5.0
+    enabled: bool = True
+    input_tokens: int = 16
+    baseline_runs: int = 3
+    regression_delta: float = 0.15
+    regression_window: int = 3
+    cooldown_s: float = 60.0
+    act_on_regression: bool = True
+
+
+def no_nvml(name: str) -> Any:
+    raise ImportError("NVML is not used in this test")
+
+
+class MemoryStore:
+    """The monitor's baseline store in memory: no baseline to start from; a set one is kept."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def baseline(self, key: str) -> Any:
+        return None
+
+    def set_baseline(self, key: str, value: float, now: float) -> bool:
+        self.values[key] = value
+        return True
 
 
 class StubEngine:

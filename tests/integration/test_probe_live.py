@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from probe_stub import StubEngine
+from probe_stub import MemoryStore, ProbeSettings, StubEngine, no_nvml
 from sglang_supervisor.core.regression import Explained, Reason, RestartSame
 from sglang_supervisor.shell.checks.monitor import ThroughputMonitor
 from sglang_supervisor.shell.checks.probe import make_shape, probe_many
@@ -20,39 +20,13 @@ from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
 pytestmark = pytest.mark.integration
 
 
-class Settings:
-    enabled = True
-    interval_s = 0.05
-    input_tokens = 16
-    max_new_tokens = 48
-    timeout_s = 20.0
-    baseline_runs = 3
-    regression_delta = 0.15
-    regression_window = 3
-    cooldown_s = 60.0
-    act_on_regression = True
-
-
-class Store:
-    def __init__(self) -> None:
-        self.values: dict[str, float] = {}
-
-    def baseline(self, key: str) -> Any:
-        return None
-
-    def set_baseline(self, key: str, value: float, now: float) -> bool:
-        self.values[key] = value
-        return True
-
-
-def _no_nvml(name: str) -> Any:
-    raise ImportError("NVML is not used in this test")
+SETTINGS = ProbeSettings(interval_s=0.05, max_new_tokens=48, timeout_s=20.0)
 
 
 def monitor(engine: StubEngine, decisions: list[Any]) -> ThroughputMonitor:
-    return ThroughputMonitor(engine.url, Settings(), SupervisorMetrics(with_gpu=False), Store(),
+    return ThroughputMonitor(engine.url, SETTINGS, SupervisorMetrics(with_gpu=False), MemoryStore(),
                              lambda d, text: decisions.append((d, text)), baseline_key="k",
-                             profile="fast", primary="fast", nvml=Nvml(loader=_no_nvml))
+                             profile="fast", primary="fast", nvml=Nvml(loader=no_nvml))
 
 
 @contextlib.asynccontextmanager

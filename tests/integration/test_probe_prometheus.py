@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from probe_stub import StubEngine
+from probe_stub import MemoryStore, ProbeSettings, StubEngine, no_nvml
 from prometheus_server import aquery, prometheus
 from sglang_supervisor.shell.checks.monitor import ThroughputMonitor
 from sglang_supervisor.shell.telemetry.gpu import Nvml
@@ -20,33 +20,8 @@ from sglang_supervisor.shell.telemetry.metrics import MetricsServer, SupervisorM
 pytestmark = pytest.mark.integration
 
 
-class MemoryStore:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
 
-    def baseline(self, key: str) -> Any:
-        return None
-
-    def set_baseline(self, key: str, value: float, now: float) -> bool:
-        self.values[key] = value
-        return True
-
-
-class Settings:
-    enabled = True
-    interval_s = 0.2
-    input_tokens = 16
-    max_new_tokens = 32
-    timeout_s = 10.0
-    baseline_runs = 3
-    regression_delta = 0.15
-    regression_window = 3
-    cooldown_s = 60.0
-    act_on_regression = True
-
-
-def _no_nvml(name: str) -> Any:
-    raise ImportError("NVML is not used in this test")
+SETTINGS = ProbeSettings(interval_s=0.2, max_new_tokens=32, timeout_s=10.0)
 
 
 def test_prometheus_reads_probe_tps_and_state(tmp_path: Path) -> None:
@@ -58,8 +33,8 @@ def test_prometheus_reads_probe_tps_and_state(tmp_path: Path) -> None:
         metrics.set_active_profile("fast", "0.5.17", "cafe01")
         server = MetricsServer("127.0.0.1:0", metrics, lambda: {"state": "ready"})
         await server.start()
-        mon = ThroughputMonitor(engine.url, Settings(), metrics, MemoryStore(), lambda d, t: None,
-                                baseline_key="k", profile="fast", primary="fast", nvml=Nvml(loader=_no_nvml))
+        mon = ThroughputMonitor(engine.url, SETTINGS, metrics, MemoryStore(), lambda d, t: None,
+                                baseline_key="k", profile="fast", primary="fast", nvml=Nvml(loader=no_nvml))
         try:
             with prometheus(tmp_path, [f"127.0.0.1:{server.port}"]) as prom:
                 first = await mon.first_probe()

@@ -127,6 +127,18 @@ def test_write_errors_are_counted_not_raised(tmp_path: Path, monkeypatch: pytest
         b"OSError: [Errno 5] Input/output error\nback\n")
 
 
+async def feed_to_eof(pump: EngineLogPump, w: int, payload: list[bytes], pause_s: float,
+                      eof: asyncio.Event) -> None:
+    """Write `payload` into the pump's pipe a chunk at a time, `pause_s` apart, close it, and wait
+    until the pump saw EOF and its reader ended."""
+    for chunk in payload:
+        os.write(w, chunk)
+        await asyncio.sleep(pause_s)
+    os.close(w)
+    await asyncio.wait_for(eof.wait(), 10)
+    assert pump.join(10)
+
+
 def run_pump(tmp_path: Path, payload: list[bytes], forward, queue: int = 100) -> tuple[
         EngineLogPump, list[EngineEvent], int]:
     async def main() -> tuple[EngineLogPump, list[EngineEvent], int]:
@@ -145,12 +157,7 @@ def run_pump(tmp_path: Path, payload: list[bytes], forward, queue: int = 100) ->
                              on_eof=done.set, secrets=["sk-secret-123"], forward=forward,
                              forward_queue=queue)
         pump.start()
-        for chunk in payload:
-            os.write(w, chunk)
-            await asyncio.sleep(0.01)
-        os.close(w)
-        await asyncio.wait_for(done.wait(), 10)
-        assert pump.join(10)
+        await feed_to_eof(pump, w, payload, 0.01, done)
         assert pump.join_forwarder(10)  # the last lines may still be on their way
         return pump, got, calls[0]
 
@@ -286,12 +293,7 @@ def test_slow_batch_forwarding_drops_instead_of_blocking(tmp_path: Path, lines: 
                              on_eof=done.set, forward_batch=slow, forward_queue=lines,
                              forward_queue_bytes=size)
         pump.start()
-        for chunk in payload:
-            os.write(w, chunk)
-            await asyncio.sleep(0.01)
-        os.close(w)
-        await asyncio.wait_for(done.wait(), 10)  # the reader finished while forwarding was stuck
-        assert pump.join(10)
+        await feed_to_eof(pump, w, payload, 0.01, done)  # the reader finished while forwarding was stuck
         gate.set()
         assert pump.join_forwarder(10)
         return pump
@@ -429,12 +431,7 @@ def test_a_serving_engines_chatter_is_read_in_paced_batches_and_nothing_is_lost(
                              splitter=Splitter(), parser=Parser(), on_output=got.extend,
                              on_eof=done.set, forward_inline=forwarded.extend, wake_fd=wake_r)
         pump.start()
-        for chunk in payload:
-            os.write(w, chunk)
-            await asyncio.sleep(0.001)
-        os.close(w)
-        await asyncio.wait_for(done.wait(), 10)
-        assert pump.join(10)
+        await feed_to_eof(pump, w, payload, 0.001, done)
         return pump, got
 
     try:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -89,15 +90,30 @@ def run_tune(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+def tune_report(path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`tune --json` that must succeed: the process (its stderr has the progress) and the report."""
+    proc = run_tune(path, *args, "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc, json.loads(proc.stdout)
+
+
+def tune_profiles(tmp_path: Path, data: dict[str, Any]) -> tuple[Path, subprocess.CompletedProcess[str],
+                                                                  dict[str, Any], dict[str, Any]]:
+    """One round of `tune --json` over `data` written as tune.yaml: its path, the process, the
+    report and the report's rows by profile."""
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(data))
+    proc, report = tune_report(path, "--rounds", "1")
+    return path, proc, report, {r["profile"]: r for r in report["ranking"]}
+
+
 def test_tune_ranks_by_the_simulators_model_and_survives_a_failure(tmp_path: Path) -> None:
     require(
         importlib.util.find_spec("sglang_supervisor.simulator.cli") is not None,
         "the SGLang simulator (sglang_supervisor.simulator.cli) is not available",
     )
     path = write_config(tmp_path)
-    proc = run_tune(path, "--rounds", "2", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
+    proc, report = tune_report(path, "--rounds", "2")
     ranking = report["ranking"]
     working = [r["profile"] for r in ranking if r["decode_tps_p50"] is not None]
     assert working == expected_order()
@@ -134,12 +150,7 @@ def test_tune_measures_the_derived_profile_run_would_start_after_a_failure(tmp_p
         {"name": "eager",
          "args": {"cuda-graph-backend-decode": "disabled", "cuda-graph-backend-prefill": "disabled"}},
     ]
-    path = tmp_path / "tune.yaml"
-    path.write_text(yaml.safe_dump(data))
-    proc = run_tune(path, "--rounds", "1", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
-    by_name = {r["profile"]: r for r in report["ranking"]}
+    path, proc, report, by_name = tune_profiles(tmp_path, data)
     assert by_name["graphs"]["started"] is False and by_name["graphs"]["failure"] == "capture_oom"
     derived = by_name["graphs-graph-bs-128"]
     assert derived["started"] is True and derived["decode_tps_p50"] is not None, derived
@@ -196,12 +207,7 @@ def test_tune_decides_ready_and_failure_as_the_daemon(tmp_path: Path) -> None:
                               "access was encountered"}},
         {"name": "plain"},
     ]
-    path = tmp_path / "tune.yaml"
-    path.write_text(yaml.safe_dump(data))
-    proc = run_tune(path, "--rounds", "1", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
-    by_name = {r["profile"]: r for r in report["ranking"]}
+    _, _, report, by_name = tune_profiles(tmp_path, data)
     assert report["winner"] == "plain"
     assert [r["profile"] for r in report["ranking"] if r["decode_tps_p50"] is not None] == ["plain"]
     missing = by_name["no-prefill-end"]

@@ -321,6 +321,25 @@ class Sandbox:
             time.sleep(interval)
         raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
+    def diagnose(self, unit: str) -> str:
+        """systemctl status and the journal's tail of `unit`, for a failure message."""
+        status = self.systemctl("status", unit, check=False)
+        tail = self.run("journalctl", "--no-pager", "-u", unit, "-n", "40", check=False).stdout
+        return f"{status}\n--- journal\n{tail}"
+
+    def wait_active(self, unit: str, timeout: float) -> None:
+        """Until `unit` is active; failed, or not active within `timeout`: an AssertionError that
+        carries its diagnosis."""
+        def state() -> bool:
+            s = self.prop(unit, "ActiveState")
+            assert s != "failed", self.diagnose(unit)
+            return s == "active"
+
+        try:
+            self.wait_for(f"{unit} active", state, timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnose(unit)}") from None
+
     def write_runtime_file(self, relpath: str, text: str) -> Path:
         """A file under the sandbox's private /run (unit files, drop-ins): gone at teardown."""
         path = self.root / "run" / relpath.lstrip("/")
@@ -424,3 +443,16 @@ def unit_demo_config(name: str) -> dict[str, Any]:
     cfg["logging"]["format"] = "journald"
     cfg["timeouts"].update(drain_s=5, kill_s=5)
     return cfg
+
+
+@contextlib.contextmanager
+def template_instance(installed: Sandbox, name: str) -> Iterator[Sandbox]:
+    """Unit `sglang-supervisor@NAME` with TEST_DROPIN, for a module's tests; afterwards stopped,
+    its configuration and its state files removed (the journal of sglang-qwen stays untouched)."""
+    unit = f"sglang-supervisor@{name}.service"
+    installed.dropin(unit, "50-systest", TEST_DROPIN)
+    yield installed
+    installed.systemctl("stop", unit, check=False)
+    (Path("/etc/sglang-supervisor") / f"{name}.yaml").unlink(missing_ok=True)
+    for leftover in Path("/var/lib/sglang-supervisor").glob(f"{name}.state.json*"):
+        leftover.unlink()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import TEST_DROPIN, Sandbox, free_port, unit_demo_config
+from system.sandbox import Sandbox, free_port, template_instance, unit_demo_config
 
 pytestmark = pytest.mark.system
 
@@ -46,21 +46,6 @@ def write(cfg: dict[str, Any]) -> None:
     CONFIG.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-def diagnose(box: Sandbox) -> str:
-    status = box.systemctl("status", UNIT, check=False)
-    tail = box.run("journalctl", "--no-pager", "-u", UNIT, "-n", "40", check=False).stdout
-    return f"{status}\n--- journal\n{tail}"
-
-
-def wait_active(box: Sandbox) -> None:
-    def active() -> bool:
-        state = box.prop(UNIT, "ActiveState")
-        assert state != "failed", diagnose(box)
-        return state == "active"
-
-    box.wait_for(f"{UNIT} active", active, START_S)
-
-
 def engine_pids(box: Sandbox) -> list[int]:
     main = int(box.prop(UNIT, "MainPID") or 0)
     return [p for p in box.unit_pids(UNIT) if p != main]
@@ -77,19 +62,15 @@ def named(box: Sandbox, event: str, since: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def box(installed: Sandbox) -> Iterator[Sandbox]:
-    installed.dropin(UNIT, "50-systest", TEST_DROPIN)
-    yield installed
-    installed.systemctl("stop", UNIT, check=False)
-    CONFIG.unlink(missing_ok=True)
-    for leftover in STATE.parent.glob(f"{NAME}.state.json*"):
-        leftover.unlink()
+    with template_instance(installed, NAME) as b:
+        yield b
 
 
 def test_systemctl_reload_fails_on_a_broken_config_and_the_engine_serves_on(box: Sandbox) -> None:
     cfg = demo_config()
     write(cfg)
     box.systemctl("start", UNIT, timeout=START_S)
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     main, engines = box.prop(UNIT, "MainPID"), engine_pids(box)
     assert engines
 
@@ -129,7 +110,7 @@ def test_forget_makes_the_next_start_try_the_profile_again(box: Sandbox) -> None
     write(cfg)
     box.dropin(UNIT, "60-fault", FAULT_DROPIN)
     box.systemctl("start", UNIT, timeout=START_S)
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     assert box.prop(UNIT, "StatusText").startswith("serving profile=no-prefill-graph")
     box.systemctl("stop", UNIT, timeout=90)
     state = json.loads(STATE.read_text())
@@ -145,7 +126,7 @@ def test_forget_makes_the_next_start_try_the_profile_again(box: Sandbox) -> None
 
     mark = cursor(box)
     box.systemctl("start", UNIT, timeout=START_S)
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     launches = [(e["PROFILE"], e["REASON"]) for e in named(box, "engine.launch", mark)]
     assert launches == [("tuned", "probation")], launches
     assert box.prop(UNIT, "StatusText").startswith("serving profile=tuned")

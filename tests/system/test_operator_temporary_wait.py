@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from system.sandbox import TEST_DROPIN, Sandbox, unit_demo_config
+from system.sandbox import Sandbox, template_instance, unit_demo_config
 
 pytestmark = pytest.mark.system
 
@@ -33,20 +33,10 @@ def demo_config() -> dict[str, Any]:
     return unit_demo_config(NAME)
 
 
-def diagnose(box: Sandbox) -> str:
-    status = box.systemctl("status", UNIT, check=False)
-    tail = box.run("journalctl", "--no-pager", "-u", UNIT, "-n", "40", check=False).stdout
-    return f"{status}\n--- journal\n{tail}"
-
-
 @pytest.fixture(scope="module")
 def box(installed: Sandbox) -> Iterator[Sandbox]:
-    installed.dropin(UNIT, "50-systest", TEST_DROPIN)
-    yield installed
-    installed.systemctl("stop", UNIT, check=False)
-    CONFIG.unlink(missing_ok=True)
-    for leftover in Path("/var/lib/sglang-supervisor").glob(f"{NAME}.state.json*"):
-        leftover.unlink()
+    with template_instance(installed, NAME) as b:
+        yield b
 
 
 def test_a_port_held_for_a_while_is_waited_out_inside_the_unit(box: Sandbox) -> None:
@@ -62,20 +52,15 @@ def test_a_port_held_for_a_while_is_waited_out_inside_the_unit(box: Sandbox) -> 
             box.wait_for("StatusText 'waiting: port_in_use'",
                          lambda: box.prop(UNIT, "StatusText").startswith("waiting: port_in_use"), START_S)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{diagnose(box)}") from None
+            raise AssertionError(f"{exc}\n{box.diagnose(UNIT)}") from None
         time.sleep(3)  # > RestartSec of the drop-in: a restart by systemd would have happened by now
         props = box.show(UNIT, "ActiveState", "NRestarts", "StatusText")
-        assert props["ActiveState"] == "activating" and props["NRestarts"] == "0", diagnose(box)
+        assert props["ActiveState"] == "activating" and props["NRestarts"] == "0", box.diagnose(UNIT)
         assert props["StatusText"].startswith("waiting: port_in_use"), props
         assert box.prop(UNIT, "MainPID") != "0"
     finally:
         squatter.close()  # the port is free again: the supervisor starts the engine on its own
 
-    def active() -> bool:
-        state = box.prop(UNIT, "ActiveState")
-        assert state != "failed", diagnose(box)
-        return state == "active"
-
-    box.wait_for(f"{UNIT} active", active, START_S)
+    box.wait_active(UNIT, START_S)
     assert box.prop(UNIT, "NRestarts") == "0"  # the supervisor waited; systemd never restarted it
-    assert box.prop(UNIT, "StatusText").startswith(("ready ", "serving ")), diagnose(box)
+    assert box.prop(UNIT, "StatusText").startswith(("ready ", "serving ")), box.diagnose(UNIT)

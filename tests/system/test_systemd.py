@@ -80,25 +80,6 @@ def seconds(box: Sandbox, timespan: str) -> float:
     return int(match.group(1)) / 1e6
 
 
-def diagnose(box: Sandbox) -> str:
-    """systemctl status and the journal's tail, for a failure message."""
-    status = box.systemctl("status", UNIT, check=False)
-    tail = box.run("journalctl", "--no-pager", "-u", UNIT, "-n", "40", check=False).stdout
-    return f"{status}\n--- journal\n{tail}"
-
-
-def wait_active(box: Sandbox, timeout: float = START_S) -> None:
-    def state() -> bool:
-        s = box.prop(UNIT, "ActiveState")
-        assert s != "failed", diagnose(box)
-        return s == "active"
-
-    try:
-        box.wait_for(f"{UNIT} active", state, timeout)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{diagnose(box)}") from None
-
-
 @pytest.fixture(scope="module")
 def box(installed: Sandbox) -> Iterator[Sandbox]:
     installed.dropin(UNIT, "50-systest", TEST_DROPIN)
@@ -220,7 +201,7 @@ def test_start_is_activating_while_capturing_and_active_after_the_first_probe(bo
     try:
         box.wait_for("active", sample, START_S, interval=0.05)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{diagnose(box)}") from None
+        raise AssertionError(f"{exc}\n{box.diagnose(UNIT)}") from None
     activating = [status for state, status in seen if state == "activating"]
     assert any(s.startswith(f"capturing_graphs profile={first}") for s in activating), seen
     assert any(s.startswith(f"capturing_graphs profile={second}") for s in activating), seen
@@ -353,7 +334,7 @@ def test_engine_hang_is_detected_and_the_supervisor_restarts_the_engine(box: San
         box.wait_for("a new engine", lambda: set(engine_pids(box)) - set(old), START_S)
     finally:
         box.run("kill", "-CONT", *map(str, box.alive(old)), check=False)
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     assert box.show(UNIT, "NRestarts", "MainPID") == before  # the supervisor did it, not systemd
     new = events(box, since_cursor=mark)
     assert named(new, "engine.wedged"), sorted({str(e.get("EVENT")) for e in new})
@@ -373,7 +354,7 @@ def test_killed_supervisor_is_restarted_by_systemd_and_no_old_engine_survives(bo
     box.wait_for("systemd restart", lambda: int(box.prop(UNIT, "NRestarts")) > restarts, 60)
     # systemd starts the unit again only once its cgroup is empty: nothing of the old engine is left
     assert not box.alive(old), old
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     assert box.prop(UNIT, "MainPID") != main
     assert engine_pids(box) and not set(engine_pids(box)) & set(old)
     new = events(box, since_cursor=mark)
@@ -385,20 +366,20 @@ def test_killed_supervisor_is_restarted_by_systemd_and_no_old_engine_survives(bo
 def test_frozen_supervisor_trips_the_watchdog(box: Sandbox) -> None:
     box.dropin(UNIT, "60-watchdog", "[Service]\nWatchdogSec=3s\n")
     box.systemctl("restart", UNIT, timeout=START_S)
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     restarts = int(box.prop(UNIT, "NRestarts"))
     mark = cursor(box)
     box.run("kill", "-STOP", box.prop(UNIT, "MainPID"))
     box.wait_for("watchdog restart", lambda: int(box.prop(UNIT, "NRestarts")) > restarts, 60)
     messages = " ".join(str(e.get("MESSAGE", "")) for e in events(box, since_cursor=mark))
     assert "Watchdog timeout" in messages and "Failed with result 'watchdog'" in messages, messages
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     (box.root / f"run/systemd/system/{UNIT}.d/60-watchdog.conf").unlink()
     box.systemctl("daemon-reload")
 
 
 def test_reload_rereads_the_configuration(box: Sandbox) -> None:
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     main = box.prop(UNIT, "MainPID")
     old = engine_pids(box)
     cfg = demo_config()
@@ -423,12 +404,12 @@ def test_reload_rereads_the_configuration(box: Sandbox) -> None:
         return False
 
     box.wait_for("an engine started with the new configuration", reloaded_engine, START_S)
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     assert box.prop(UNIT, "MainPID") == main  # a reload, not a restart of the unit
 
 
 def test_stop_drains_and_leaves_no_process_within_timeout_stop(box: Sandbox) -> None:
-    wait_active(box)
+    box.wait_active(UNIT, START_S)
     pids = box.unit_pids(UNIT)
     limit = seconds(box, box.prop(UNIT, "TimeoutStopUSec"))
     assert limit >= 60
@@ -506,7 +487,7 @@ def test_upgrade_restarts_every_running_unit_and_never_stops_at_a_prompt(
         assert (EXAMPLES / "qwen.yaml").read_text().endswith("# changed upstream\n")
         for unit in (UNIT, SECOND_UNIT):
             state = box.show(unit, "ActiveState", "MainPID")
-            assert state["ActiveState"] == "active", diagnose(box)
+            assert state["ActiveState"] == "active", box.diagnose(UNIT)
             assert state["MainPID"] != before[unit], f"{unit} was not restarted by the upgrade"
             messages = [str(e.get("MESSAGE", "")) for e in box.journal(f"--after-cursor={mark}", unit=unit)]
             stops = [m for m in messages if m.startswith("Stopping ")]

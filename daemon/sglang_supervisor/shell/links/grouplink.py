@@ -28,7 +28,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,6 @@ from typing import Any, Literal
 
 import httpx
 import structlog
-import uvicorn
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
@@ -88,6 +86,7 @@ from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.profiles import default_secret_config_path
 from sglang_supervisor.core.readiness import CaptureKey, without_prefill
 from sglang_supervisor.engine import patterns as P
+from sglang_supervisor.shell.asgiserver import InLoopServer, listening_socket
 from sglang_supervisor.shell.engineproc.apikey import remove_secret_config, write_secret_config
 from sglang_supervisor.shell.engineproc.enginelog import EngineLogPump, RotatingByteLog
 from sglang_supervisor.shell.engineproc.jitcache import engine_cache_env, gpu_models, torch_version
@@ -111,12 +110,6 @@ def local_capture_keys(keys: Iterable[CaptureKey], settings: GroupSettings, tp_s
 
 
 # ---- the leader ---------------------------------------------------------------------------------
-
-class _QuietServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield  # the supervisor handles its own signals
-
 
 REPORT_PATH = "/group/report"
 VIEW_PATH = "/group"
@@ -149,8 +142,7 @@ class LeaderLink:
         self._view = view
         self._engine_running = engine_running
         self._on_failure = on_failure
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._server = InLoopServer("group-link", graceful_shutdown_s=1, stop_wait_s=3.0)
 
     @property
     def rejected(self) -> int:
@@ -235,36 +227,18 @@ class LeaderLink:
 
     async def start(self) -> None:
         host, port = parse_address(self.settings.link)
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            sock = listening_socket(host, port, 64)
         except OSError as exc:
-            sock.close()
             raise OSError(f"cannot listen on group.link {self.settings.link}: {exc.strerror or exc}; "
                           "set group.link to a free HOST:PORT of this node") from None
-        sock.listen(64)
-        sock.setblocking(False)
-        config = uvicorn.Config(self.app(), log_config=None, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=1)
-        self._server = _QuietServer(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="group-link")
-        while not self._server.started:
-            if self._task.done():
-                raise OSError(f"group link failed to start: {self._task.exception()!r}")
-            await asyncio.sleep(0.01)
+        await self._server.start(self.app(), sock,
+                                 lambda failure: OSError(f"group link failed to start: {failure!r}"))
         log.info("group.link_listening", link=self.settings.link, nnodes=self.settings.nnodes,
                  restart=self.settings.restart)
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), 3.0)
-        except (asyncio.TimeoutError, Exception):
-            self._task.cancel()
-        self._server = self._task = None
+        await self._server.stop()
 
     async def wait_members(self, generation: int, seconds: float, current: Callable[[], bool]) -> bool:
         """Until every worker node serves this generation (its captures ended): True; False after

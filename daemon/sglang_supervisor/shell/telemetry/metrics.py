@@ -12,17 +12,13 @@ serves it with /healthz, /status, /readyz and /livez.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
-import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Info, generate_latest, make_asgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -36,6 +32,7 @@ from sglang_supervisor.core.events import FailureClass
 from sglang_supervisor.core.failover import CONFIG_FAILURES
 from sglang_supervisor.core.reasons import RestartCause
 from sglang_supervisor.core.regression import DECISION_NAMES, Reason
+from sglang_supervisor.shell.asgiserver import InLoopServer, listening_socket
 from sglang_supervisor.shell.checks.probe import ProbeResult
 from sglang_supervisor.shell.telemetry import gpu
 
@@ -367,13 +364,6 @@ class MetricsServerError(RuntimeError):
     pass
 
 
-class _QuietServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # uvicorn would replace SIGTERM/SIGINT handlers; the supervisor handles its own signals.
-        yield
-
-
 class _AsgiEndpoint:
     """Starlette treats a plain function as request→response; an object is called as ASGI."""
 
@@ -412,9 +402,7 @@ class MetricsServer:
         self._status = status_provider or (lambda: {})
         self._readiness = readiness
         self._liveness = liveness
-        self._server: _QuietServer | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._sock: socket.socket | None = None
+        self._server = InLoopServer("metrics-server", graceful_shutdown_s=2, stop_wait_s=5.0)
         self._started_at = time.time()
 
     def app(self) -> Starlette:
@@ -461,45 +449,19 @@ class MetricsServer:
     async def start(self) -> None:
         """Bind and serve. Raises MetricsServerError (port taken, bad address); the caller logs it
         and runs on without metrics."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # Accepted sockets inherit it on Linux: no Nagle delay on small streamed writes.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-            sock.setblocking(False)
+            sock = listening_socket(self.host, self.port, 128, nodelay=True)
         except OSError as exc:
-            sock.close()
             raise MetricsServerError(
                 f"cannot listen on {self.host}:{self.port} for metrics: {exc.strerror or exc}; "
                 "set metrics.address to a free HOST:PORT"
             ) from None
-        self._sock = sock
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app(), log_config=None, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
-        self._server = _QuietServer(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="metrics-server")
-        while not self._server.started:
-            if self._task.done():
-                failure = self._task.exception()
-                raise MetricsServerError(f"metrics server failed to start: {failure!r}")
-            await asyncio.sleep(0.01)
+        def failed(failure: BaseException | None) -> MetricsServerError:
+            return MetricsServerError(f"metrics server failed to start: {failure!r}")
+
+        await self._server.start(self.app(), sock, failed)
         log.info("metrics.listening", url=self.url)
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), 5.0)
-        except (asyncio.TimeoutError, Exception):
-            self._server.force_exit = True
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-        if self._sock is not None:
-            self._sock.close()
-        self._server = self._task = self._sock = None
+        await self._server.stop()

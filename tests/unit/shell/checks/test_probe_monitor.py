@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from probe_stub import ProbeSettings, no_nvml
 from sglang_supervisor.core.events import DecodeStats
 from sglang_supervisor.core.regression import Explained, Reason, Remediation, RestartSame, TryNextProfile
 from sglang_supervisor.shell.checks import monitor as monitor_mod
@@ -17,20 +18,6 @@ from sglang_supervisor.shell.checks.monitor import ThroughputMonitor
 from sglang_supervisor.shell.checks.probe import EngineMetrics, ProbeResult
 from sglang_supervisor.shell.telemetry.gpu import Nvml
 from sglang_supervisor.shell.telemetry.metrics import SupervisorMetrics
-
-
-@dataclass
-class Settings:
-    enabled: bool = True
-    interval_s: float = 0.0
-    input_tokens: int = 16
-    max_new_tokens: int = 8
-    timeout_s: float = 5.0
-    baseline_runs: int = 3
-    regression_delta: float = 0.15
-    regression_window: int = 3
-    cooldown_s: float = 60.0
-    act_on_regression: bool = True
 
 
 @dataclass
@@ -87,15 +74,11 @@ def make(monkeypatch: pytest.MonkeyPatch, engine: Engine, store: Store | None = 
     decisions: list[Any] = []
     metrics = SupervisorMetrics(with_gpu=False)
     mon = ThroughputMonitor(
-        "http://engine", Settings(), metrics, store or Store(), lambda d, text: decisions.append((d, text)),
-        baseline_key="fp/in16-out8-c1", profile="fast", primary="fast", remediation=remediation,
-        nvml=Nvml(loader=_no_nvml), **kw,
+        "http://engine", ProbeSettings(), metrics, store or Store(),
+        lambda d, text: decisions.append((d, text)), baseline_key="fp/in16-out8-c1", profile="fast",
+        primary="fast", remediation=remediation, nvml=Nvml(loader=no_nvml), **kw,
     )
     return mon, decisions, metrics
-
-
-def _no_nvml(name: str) -> Any:
-    raise ImportError("no NVML in this test")
 
 
 def ticks(mon: ThroughputMonitor, n: int) -> list[Any]:
@@ -359,7 +342,7 @@ def test_run_waits_an_interval_after_readys_probe_before_probing_again(
     send another at once. Stopped before its interval is up, it sent none."""
     engine = Engine([100.0, 100.0])
     mon, _, metrics = make(monkeypatch, engine, Store({"fp/in16-out8-c1": 100.0}))
-    mon.settings = Settings(interval_s=3600.0, baseline_runs=1)  # no 1 s baseline cadence
+    mon.settings = ProbeSettings(interval_s=3600.0, baseline_runs=1)  # no 1 s baseline cadence
 
     async def go() -> None:
         await mon.first_probe()

@@ -66,6 +66,26 @@ async def until(pred: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _idle() -> int | None:
+    return 0
+
+
+def drain_on_signal(tmp: Path, gw: FakeGateway, within_s: float | None, **settings: Any
+                    ) -> tuple[str | None, CollectorRegistry, list[dict[str, Any]]]:
+    """A registered agent drained on a signal, the engine idle, the drain bounded by `within_s`:
+    its worker id after the drain (before aclose), its metrics and what it logged."""
+    async def go() -> tuple[str | None, CollectorRegistry, list[dict[str, Any]]]:
+        a, reg = agent(tmp, gw, **settings)
+        a.worker_id = WID
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(a.drain("signal", _idle), within_s)
+        worker_id = a.worker_id
+        await a.aclose()
+        return worker_id, reg, logs
+
+    return asyncio.run(go())
+
+
 def test_register_retries_until_the_gateway_answers_and_records_the_id(tmp_path: Path) -> None:
     gw = FakeGateway(POST=[httpx.Response(500, text="starting"), httpx.Response(503, text="busy"),
                            httpx.Response(202, json={"worker_id": WID})])
@@ -140,19 +160,8 @@ def test_a_gateway_failing_the_delete_gets_retries_and_the_drain_says_it_never_l
     """Issue 29: one DELETE against a 500, then "drained" after 0.26 s, was a lie."""
     gw = FakeGateway(DELETE=[httpx.Response(500, text="<html>oops</html>")])
 
-    async def idle() -> int | None:
-        return 0
-
-    async def go() -> tuple[CollectorRegistry, list[dict[str, Any]]]:
-        a, reg = agent(tmp_path, gw, drain_s=1.5)
-        a.worker_id = WID
-        with structlog.testing.capture_logs() as logs:
-            await asyncio.wait_for(a.drain("signal", idle), 5)
-        assert a.worker_id == WID  # still registered: the next start removes it
-        await a.aclose()
-        return reg, logs
-
-    reg, logs = asyncio.run(go())
+    worker_id, reg, logs = drain_on_signal(tmp_path, gw, 5, drain_s=1.5)
+    assert worker_id == WID  # still registered: the next start removes it
     deletes = sum(c[0] == "DELETE" for c in gw.calls)
     assert deletes >= 3 and calls(reg, "deregister", "server_error") == deletes
     line = next(e for e in logs if e["event"] == "gateway.drained")
@@ -169,19 +178,8 @@ def test_a_delete_that_succeeds_on_a_retry_ends_in_an_honest_drained(tmp_path: P
     gw = FakeGateway(DELETE=[httpx.Response(500, text="busy"), httpx.Response(503, text="busy"),
                              httpx.Response(202, json={"status": "accepted"})])
 
-    async def idle() -> int | None:
-        return 0
-
-    async def go() -> list[dict[str, Any]]:
-        a, _ = agent(tmp_path, gw, drain_s=10.0)
-        a.worker_id = WID
-        with structlog.testing.capture_logs() as logs:
-            await asyncio.wait_for(a.drain("signal", idle), 10)
-        assert a.worker_id is None
-        await a.aclose()
-        return logs
-
-    logs = asyncio.run(go())
+    worker_id, _, logs = drain_on_signal(tmp_path, gw, 10, drain_s=10.0)
+    assert worker_id is None
     line = next(e for e in logs if e["event"] == "gateway.drained")
     assert line["result"] == "drained" and line["log_level"] == "info"
     assert line["deregistered"] is True and line["deregister_attempts"] == 3
@@ -193,20 +191,9 @@ def test_a_delete_that_succeeds_on_a_retry_ends_in_an_honest_drained(tmp_path: P
 def test_a_gateway_that_keeps_listing_us_after_the_delete_is_named(tmp_path: Path) -> None:
     gw = FakeGateway(DELETE=[httpx.Response(202, json={"status": "accepted"})])
 
-    async def idle() -> int | None:
-        return 0
-
-    async def go() -> list[dict[str, Any]]:
-        a, _ = agent(tmp_path, gw, drain_s=0.5)
-        a.worker_id = WID
-        with structlog.testing.capture_logs() as logs:
-            await asyncio.wait_for(a.drain("signal", idle), 5)
-        await a.aclose()
-        return logs
-
     # The job never completes: this gateway's list keeps our URL whatever DELETE said.
     gw.script["GET"] = [httpx.Response(200, json={"workers": [{"id": WID, "url": ENGINE}]})]
-    logs = asyncio.run(go())
+    _, _, logs = drain_on_signal(tmp_path, gw, 5, drain_s=0.5)
     line = next(e for e in logs if e["event"] == "gateway.drained")
     assert line["result"] == "still_listed" and line["still_listed"] is True
     assert line["log_level"] == "warning"
@@ -233,18 +220,7 @@ def test_unknown_worker_on_delete_is_a_warning_and_counts_as_gone(tmp_path: Path
     gw = FakeGateway(DELETE=[httpx.Response(404, json={"error": "not found", "code": "WORKER_NOT_FOUND"})])
     (tmp_path / RECORD_FILE).write_text(Registration("http://gw.invalid", ENGINE, WID).to_json())
 
-    async def idle() -> int | None:
-        return 0
-
-    async def go() -> tuple[CollectorRegistry, list[dict[str, Any]]]:
-        a, reg = agent(tmp_path, gw)
-        a.worker_id = WID
-        with structlog.testing.capture_logs() as logs:
-            await a.drain("signal", idle)
-        await a.aclose()
-        return reg, logs
-
-    reg, logs = asyncio.run(go())
+    _, reg, logs = drain_on_signal(tmp_path, gw, None)
     assert calls(reg, "deregister", "unknown_worker") == 1
     warn = next(e for e in logs if e["event"] == "gateway.unavailable")
     assert warn["problem"] == "unknown_worker" and "not found" in warn["detail"]
@@ -359,18 +335,7 @@ def test_a_gateway_that_forgot_us_gets_us_again(tmp_path: Path) -> None:
 def test_a_list_failing_during_the_drain_claims_no_retry(tmp_path: Path) -> None:
     gw = FakeGateway(GET=[httpx.Response(500, text="down")])
 
-    async def idle() -> int | None:
-        return 0
-
-    async def go() -> list[dict[str, Any]]:
-        a, _ = agent(tmp_path, gw)
-        a.worker_id = WID
-        with structlog.testing.capture_logs() as logs:
-            await asyncio.wait_for(a.drain("signal", idle), 5)
-        await a.aclose()
-        return logs
-
-    logs = asyncio.run(go())
+    _, _, logs = drain_on_signal(tmp_path, gw, 5)
     warn = next(e for e in logs if e["event"] == "gateway.unavailable" and e["op"] == "list")
     assert "not retried" in warn["hint"] and "retried with backoff" not in warn["hint"]
     line = next(e for e in logs if e["event"] == "gateway.drained")

@@ -1,5 +1,5 @@
 """The engine's periodic stat lines (`Decode batch`, `Prefill batch`) → typed `DecodeStats` and
-`PrefillStats`. Pure.
+`PrefillStats`, and a hand-over's run of them folded to what consumers keep (`fold_stats`). Pure.
 
 Each reader tries the whole line against the release's exact layout first (one regex match, the
 common case while serving) and falls back to reading field by field, which any line order or a
@@ -9,8 +9,9 @@ missing field survives.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from sglang_supervisor.core.events import DecodeStats, PrefillStats
+from sglang_supervisor.core.events import DecodeStats, EngineEvent, PrefillStats
 from sglang_supervisor.engine import patterns as P
 
 
@@ -81,3 +82,43 @@ def prefill_stats_by_field(msg: str, rank: str | None, line_no: int) -> PrefillS
 
 _decode_line = P.DECODE_LINE.fullmatch
 _prefill_line = P.PREFILL_LINE.fullmatch
+
+
+def _kept_stats(run: list[EngineEvent]) -> list[EngineEvent]:
+    """Of one run of stat events, what a consumer can still tell apart, in order: the last
+    `DecodeStats` (a decode step ran), the last with a throughput of a busy engine (passive
+    tok/s), the last that says whether CUDA graphs ran, and the last `PrefillStats`."""
+    last: dict[str, int] = {}
+    for i, ev in enumerate(run):
+        if isinstance(ev, DecodeStats):
+            last["decode"] = i
+            if ev.gen_throughput is not None and ev.running_req:
+                last["tok_s"] = i
+            if ev.cuda_graph is not None:
+                last["graph"] = i
+        else:
+            last["prefill"] = i
+    return [run[i] for i in sorted(set(last.values()))]
+
+
+def fold_stats(events: Sequence[EngineEvent]) -> list[EngineEvent]:
+    """One hand-over's events with the stat lines a later one of the same run supersedes left out.
+
+    A serving engine writes hundreds of `Decode batch` / `Prefill batch` lines a second, and each
+    one that reaches the lifecycle is a step of its own (issue 26); what the consumers keep of
+    them is the latest figure (the lifecycle's progress and tok/s, the monitor's passive tok/s
+    gauge and CUDA-graph flag). Every other event stays, in order; stat events are folded only
+    within a run between two others, so none moves past an event that is not a stat line."""
+    out: list[EngineEvent] = []
+    run: list[EngineEvent] = []
+    for ev in events:
+        if isinstance(ev, DecodeStats | PrefillStats):
+            run.append(ev)
+            continue
+        if run:
+            out += _kept_stats(run) if len(run) > 1 else run
+            run = []
+        out.append(ev)
+    if run:
+        out += _kept_stats(run) if len(run) > 1 else run
+    return out

@@ -65,6 +65,7 @@ from sglang_supervisor.core.profiles import RenderedCommand, default_secret_conf
 
 # The preflight's names are the supervisor's public API (commands/, tests/, bench/ import them here).
 from sglang_supervisor.engine.argv import decode_log_interval, tp_size
+from sglang_supervisor.shell.checks.enginehttp import engine_client
 from sglang_supervisor.shell.checks.fidelitycheck import FidelityChecker
 from sglang_supervisor.shell.checks.serving import Serving, ServingHooks
 from sglang_supervisor.shell.current import Current
@@ -326,7 +327,7 @@ class Supervisor:
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             loop.add_signal_handler(sig, self._stop_signal, name)
         loop.add_signal_handler(signal.SIGHUP, self.inbox.put, ReloadRequest())
-        self.current.client = httpx.AsyncClient()
+        self.current.client = engine_client()  # the engine's port: plain HTTP
         self.presence.start()
         await self._start_metrics()
         if self.group is not None:

@@ -12,8 +12,10 @@ callers turn it into a failed probe or health result, never let it out of their 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -67,6 +69,23 @@ MAX_JSON_DEPTH = 32
 _DETAIL_CHARS = 200
 # Compressed bodies could expand past the cap inside one chunk: ask for none.
 _HEADERS = {"Accept-Encoding": "identity"}
+
+
+# The engine speaks plain HTTP on the port the supervisor gave it (ports.base_url): its clients
+# need no TLS, yet httpx builds a context for every client, by default with the whole CA bundle
+# loaded (~3 MB the first, ~1 MB each further one: a twentieth of the supervisor's RSS target).
+# One context shared by every engine client, trusting no CA: an https URL would fail, never pass
+# unchecked.
+@functools.cache
+def _no_tls() -> ssl.SSLContext:
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def engine_client(timeout: httpx.Timeout | float = 5.0,
+                  limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+    """An HTTP client for the engine's port (plain HTTP: no CA bundle, see `_no_tls`)."""
+    return httpx.AsyncClient(timeout=timeout, verify=_no_tls(),
+                             limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20))
 
 
 def _clip(text: str) -> str:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import structlog
 
 from sglang_supervisor.core import canary as C
@@ -26,6 +25,7 @@ from sglang_supervisor.core.inputs import FidelityFailed, Input, ProbeFailed
 from sglang_supervisor.core.lifecycle import Lifecycle
 from sglang_supervisor.core.phases import UP_PHASES
 from sglang_supervisor.core.profiles import RenderedCommand
+from sglang_supervisor.shell.checks.enginehttp import engine_client
 from sglang_supervisor.shell.checks.fidelity import (
     Reference,
     ReferenceStore,
@@ -257,7 +257,7 @@ def tune_check(prepared: Prepared) -> AfterReady | None:
         ref = store.load(key_for(config.engine.model_path, rc.argv))
         if ref is None:
             return None
-        async with httpx.AsyncClient() as client:
+        async with engine_client() as client:
             try:
                 got = await take_sample(client, base_url, prepared.api_key, fs.timeout_s, accept)
             except SampleUnavailable as exc:

@@ -45,6 +45,7 @@ from sglang_supervisor.core.regression import (
 )
 from sglang_supervisor.engine.api import EngineMetrics
 from sglang_supervisor.engine.argv import DEFAULT_DECODE_LOG_INTERVAL
+from sglang_supervisor.shell.checks.enginehttp import engine_client
 from sglang_supervisor.shell.checks.probe import (
     ProbeResult,
     ProbeShape,
@@ -227,7 +228,7 @@ class ThroughputMonitor:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             t = self.settings.timeout_s
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(t, connect=min(t, 10.0)))
+            self._client = engine_client(httpx.Timeout(t, connect=min(t, 10.0)))
         return self._client
 
     async def aclose(self) -> None:

@@ -43,6 +43,7 @@ from sglang_supervisor.shell.checks.enginehttp import (
     EngineAnswerError,
     Problem,
     bounded_lines,
+    engine_client,
     fetch,
     fetch_json,
     parse_json,
@@ -385,8 +386,8 @@ async def probe_many(
     if runs < 1 or concurrency < 1:
         raise ValueError(f"runs and concurrency must be >= 1 (got {runs}, {concurrency})")
     own = client is None
-    http = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-                                       limits=httpx.Limits(max_connections=concurrency + 2))
+    http = client or engine_client(httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                                   limits=httpx.Limits(max_connections=concurrency + 2))
     results: list[ProbeResult] = []
     aggregate: list[float] = []
     try:

@@ -45,6 +45,7 @@ from sglang_supervisor.core.liveness import (
     stop_drain_s,
     temporary_extension,
 )
+from sglang_supervisor.core.logstats import fold_stats
 from sglang_supervisor.core.logwatch import LineSplitter, LogParser
 from sglang_supervisor.core.phases import UP_PHASES, Phase
 from sglang_supervisor.core.profiles import (
@@ -342,7 +343,7 @@ class EngineRunner:
         if extend is not None:
             self.last_extend = now
             self.parts.notifier.extend_timeout(extend)
-        for ev in events:
+        for ev in fold_stats(events):  # a paced read's stat lines: the latest figures, not each
             if isinstance(ev, CaptureEnded) and ev.elapsed_s is not None:
                 kind = f"{ev.owner}_{ev.phase}"
                 self.capture_seconds[kind] = max(self.capture_seconds.get(kind, 0.0), ev.elapsed_s)

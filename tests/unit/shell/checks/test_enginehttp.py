@@ -15,6 +15,7 @@ from sglang_supervisor.shell.checks.enginehttp import (
     EngineAnswerError,
     Problem,
     bounded_lines,
+    engine_client,
     fetch,
     fetch_json,
     json_depth,
@@ -243,3 +244,20 @@ def test_a_client_closed_under_a_request_is_a_typed_refusal_not_an_exception() -
     err, probe = _run(go())
     assert err.problem is Problem.CONNECT and "closed" in err.detail
     assert not probe.ok and probe.problem == "connect" and "closed its HTTP client" in probe.error
+
+
+def test_engine_clients_share_one_tls_context_that_trusts_no_ca() -> None:
+    # The engine is plain HTTP: no client of it may load the CA bundle (issue 26, RSS), and an
+    # https URL must fail rather than go unverified.
+    async def contexts() -> list[object]:
+        out = []
+        for _ in range(2):
+            async with engine_client() as client:
+                pool = client._transport._pool  # type: ignore[attr-defined]
+                out.append(pool._ssl_context)
+        return out
+
+    a, b = asyncio.run(contexts())
+    assert a is b
+    assert a.cert_store_stats()["x509_ca"] == 0  # type: ignore[attr-defined]
+    assert a.verify_mode.name == "CERT_REQUIRED"  # type: ignore[attr-defined]

@@ -552,8 +552,7 @@ class Supervisor:
     def _on_ready(self) -> None:
         self.notifier.ready(self.reloader.with_note(self.lifecycle.status_text()))
         self.presence.on_ready()
-        if self.runner.engine is not None:
-            self.runner.engine.note_pids()
+        self.runner.note_ready()
         self.serving.start()
         if self.opts.exit_after_ready:
             self.loop.call_soon(self.inbox.put, StopRequested("exit-after-ready"))

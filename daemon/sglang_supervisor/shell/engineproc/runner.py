@@ -144,6 +144,8 @@ class EngineRunner:
         # GPU memory in use on our GPUs before our first engine: a relaunch waits until usage is
         # back to it (the schedulers' PIDs are gone by then, their memory not always).
         self.gpu_baseline: int | None = None
+        # Whether NVML listed the serving engine's PIDs (no PID namespace between us and it).
+        self.nvml_lists_ours = False
         self.started_once = False
         self.capture_seconds: dict[str, float] = {}
         self.last_extend = 0.0
@@ -166,6 +168,15 @@ class EngineRunner:
         return ", ".join(f"pid {f.pid} ({f.command or '?'}) holds {(f.used_bytes or 0) >> 20} MiB "
                          f"on GPU{f.gpu_index}" for f in foreign)
 
+    def note_ready(self) -> None:
+        """At READY the engine holds its GPU memory, so whether NVML lists its PIDs now says
+        whether a relaunch may take their absence for a release (gpu.release_target)."""
+        if self.engine is None:
+            return
+        self.engine.note_pids()
+        self.nvml_lists_ours = gpu.lists_any(gpu.snapshot(),
+                                             self.engine.pids | {self.engine.proc.pid})
+
     def start_launch(self, a: Launch) -> None:
         if a.derived is not None:
             self.derived[a.profile] = a.derived
@@ -175,7 +186,8 @@ class EngineRunner:
     async def launch(self, a: Launch) -> None:
         try:
             if self.started_once:
-                target = gpu.release_target(gpu.snapshot(), self.last_pids, self.gpu_baseline)
+                target = gpu.release_target(gpu.snapshot(), self.last_pids, self.gpu_baseline,
+                                            self.nvml_lists_ours)
                 released = await gpu.wait_for_release(target, self.current.config.timeouts.gpu_release_s,
                                                       gpu_indices=self.gpu_set())
                 if released is False:

@@ -48,6 +48,7 @@ __all__ = [
     "find_foreign",
     "foreign_processes",
     "held_by",
+    "lists_any",
     "memory_held_by",
     "nvml_available",
     "p2p_link",
@@ -281,14 +282,20 @@ def release_done(gpus: list[GpuInfo], target: set[int] | int, slack_bytes: int,
     return not any(p.pid in target for g in gpus for p in g.processes)
 
 
-def release_target(gpus: list[GpuInfo] | None, pids: set[int], baseline: int | None) -> set[int] | int:
-    """Pure: what a relaunch waits for. Our PIDs where NVML lists any of them: exact, so a process
-    that came onto the GPU after our first start cannot hold every relaunch for the whole timeout.
-    Else (a PID namespace hides ours, or they are already gone) the bytes in use before our first
-    start, as before."""
-    if gpus is not None and any(p.pid in pids for g in gpus for p in g.processes):
+def release_target(gpus: list[GpuInfo] | None, pids: set[int], baseline: int | None,
+                   pids_comparable: bool = False) -> set[int] | int:
+    """Pure: what a relaunch waits for. Our PIDs where NVML lists any of them, or where it listed
+    them while the engine served (`pids_comparable`: NVML's PIDs are ours, no PID namespace in
+    between), so none listed now means released: exact, and a process that came onto the GPU
+    after our first start cannot hold every relaunch for the whole timeout. Else the bytes in use
+    before our first start, as before."""
+    if gpus is not None and (pids_comparable or lists_any(gpus, pids)):
         return pids
     return baseline if baseline is not None else pids
+
+
+def lists_any(gpus: list[GpuInfo] | None, pids: set[int]) -> bool:
+    return gpus is not None and any(p.pid in pids for g in gpus for p in g.processes)
 
 
 async def wait_for_release(

@@ -187,3 +187,24 @@ def test_release_target_waits_on_our_pids_where_nvml_lists_them() -> None:
 def test_descendant_pids_of_this_process() -> None:
     pids = gpu.descendant_pids(os.getppid())
     assert os.getpid() in pids and os.getppid() in pids
+
+
+def test_release_target_takes_ours_gone_for_released_where_nvml_listed_them_serving() -> None:
+    # Round 10 on an H100: the engine had already left NVML's list when the relaunch looked, a
+    # foreign load held the baseline exceeded, and the relaunch waited the whole gpu_release_s.
+    # Where NVML listed our PIDs while the engine served, their absence is the release.
+    foreign_only = [_one_gpu(2**30, (7, 2**30))]
+    target = gpu.release_target(foreign_only, {100}, baseline=0, pids_comparable=True)
+    assert target == {100}
+    assert gpu.release_done(foreign_only, target, 0, None) is True
+    # Never listed (a PID namespace between us and the driver): the baseline, as before.
+    assert gpu.release_target(foreign_only, {100}, baseline=0, pids_comparable=False) == 0
+    # No NVML now: nothing to compare, the baseline.
+    assert gpu.release_target(None, {100}, baseline=3, pids_comparable=True) == 3
+
+
+def test_lists_any_reads_every_gpu() -> None:
+    two = [_one_gpu(0, (7, 1)), _one_gpu(0, (100, 1))]
+    assert gpu.lists_any(two, {100}) is True
+    assert gpu.lists_any(two, {5}) is False
+    assert gpu.lists_any(None, {100}) is False

@@ -21,6 +21,7 @@ from sglang_supervisor.core.events import (
     ServerReady,
 )
 from sglang_supervisor.shell.engineproc.enginelog import (
+    FORWARD_EVERY_S,
     HAND_OVER_EVERY_S,
     PRIORITY_ERROR,
     PRIORITY_INFO,
@@ -405,6 +406,59 @@ def test_held_output_reaches_the_loop_without_more_output(tmp_path: Path) -> Non
 
     got = asyncio.run(main())
     assert [e.line_no for e in got] == [1, 2]
+
+
+def test_inline_forwarding_of_chatter_waits_its_interval_and_goes_first_with_an_event(
+        tmp_path: Path) -> None:
+    """forward_inline gets stat-only output at most every FORWARD_EVERY_S (the log writer wakes
+    twice a second, not with every read), also when the engine then goes quiet; output with an
+    event that matters takes what is held with it at once, before the loop hears of the event."""
+    now = [1000.0]
+    forwarded: list[str] = []
+    handed: list[int] = []
+    at_failure: list[list[str]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        done = asyncio.Event()
+
+        def on_output(evs: list[EngineEvent]) -> None:
+            handed.extend(e.line_no for e in evs)
+            if any(isinstance(e, EngineFailed) for e in evs):
+                at_failure.append(list(forwarded))
+
+        async def until(cond: Callable[[], bool]) -> None:
+            async def poll() -> None:
+                while not cond():
+                    await asyncio.sleep(0.01)
+            await asyncio.wait_for(poll(), 10)
+
+        pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
+                             splitter=Splitter(), parser=Parser(), on_output=on_output,
+                             on_eof=done.set, clock=lambda: now[0],
+                             forward_inline=lambda batch: forwarded.extend(t for t, _, _ in batch))
+        pump.start()
+        os.write(w, b"Decode batch 1\n")  # nothing forwarded yet: at once
+        await until(lambda: forwarded == ["Decode batch 1"])
+        os.write(w, b"Decode batch 2\n")
+        now[0] += HAND_OVER_EVERY_S * 1.5  # the loop hears of it, the forwarder not yet
+        await until(lambda: handed == [1, 2])
+        assert forwarded == ["Decode batch 1"]
+        now[0] += FORWARD_EVERY_S  # due now; the pipe stays quiet, the pump wakes for it itself
+        await until(lambda: forwarded == ["Decode batch 1", "Decode batch 2"])
+        os.write(w, b"Decode batch 3\n")
+        await asyncio.sleep(0.05)
+        os.write(w, b"RuntimeError: boom\n")
+        await until(lambda: bool(at_failure))
+        os.close(w)
+        await asyncio.wait_for(done.wait(), 10)
+        assert pump.join(10)
+
+    asyncio.run(main())
+    expected = ["Decode batch 1", "Decode batch 2", "Decode batch 3", "RuntimeError: boom"]
+    assert at_failure == [expected]  # the held line first, then the event's, before the loop heard
+    assert forwarded == expected
 
 
 @pytest.mark.parametrize("leader_exits", [False, True], ids=["running", "leader-exited"])

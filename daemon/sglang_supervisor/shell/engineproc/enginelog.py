@@ -86,9 +86,14 @@ _PASSIVE = (DecodeStats, PrefillStats)
 # PIPE_BYTES are paused on at all: the engine must never find its pipe full.
 COALESCE_S = 0.08
 COALESCE_MIN_PIPE = 256 << 10
-# forward_inline gets the lines with each hand-over to the loop, or this many at once under a flood
-# (the log writer then writes them at once instead of gathering a trickle itself).
+# forward_inline gets the lines with a hand-over to the loop that carries an event other than stat
+# lines (so the journal shows the engine's words before the supervisor's answer to them), at EOF,
+# when FORWARD_EVERY_S passed since it last got any, or this many at once under a flood (the log
+# writer then writes them at once instead of gathering a trickle itself). A serving engine's
+# chatter thus wakes the log writer twice a second, not with every paced read (issue 26): its
+# lines reach the journal up to this much late, in order; no event waits for them.
 INLINE_BATCH_LINES = 256
+FORWARD_EVERY_S = 0.5
 PIPE_BYTES = 1 << 20
 
 PRIORITY_ERROR = 3
@@ -385,9 +390,10 @@ class EngineLogPump:
     the last read of both, and after the last `on_output`. Forwarded lines
     go, in order, to `forward_batch(lines)` once per batch, or to `forward(text, priority, rank)`
     once per line; both run on the pump's forwarding thread, never on the reader. Or they go to
-    `forward_inline(lines)` once per read, on the reader itself, with no forwarding thread: only
-    for a callee that never blocks (the daemon's background log sink, a bounded queue that drops),
-    which saves a thread's wake-up per read. `wake_fd` (the pump closes it), readable once the
+    `forward_inline(lines)` on the reader itself, with no forwarding thread, once per
+    FORWARD_EVERY_S at most unless an event other than stat lines or EOF comes first: only for a
+    callee that never blocks (the daemon's background log sink, a bounded queue that drops), which
+    saves a thread's wake-up per read. `wake_fd` (the pump closes it), readable once the
     engine's leader exited (its pidfd), ends the pauses of a chatty engine's paced reads
     (`_pace`), so that the output's end and EOF are read at once.
     """
@@ -441,9 +447,11 @@ class EngineLogPump:
         self._told_log_on_stdout = False
         self._usage = UsageFold()  # SGLang's usage text reaches the journal folded (core/usagefold.py)
         self._held: list[EngineEvent] = []  # passive events not handed to the loop yet
+        self._urgent = False  # what is held carries an event other than stat lines
         self._holding = False  # output (with or without events) the loop has not heard of
         self._last_hand_over = -HAND_OVER_EVERY_S
-        self._inline_held: list[ForwardLine] = []  # for forward_inline, with the next hand-over
+        self._inline_held: list[ForwardLine] = []  # for forward_inline (FORWARD_EVERY_S)
+        self._last_forward = -FORWARD_EVERY_S
         self._init_pacing([fd] if echo_fd is None else [fd, echo_fd], wake_fd)
         self.stats = PumpStats()
         self._reader = threading.Thread(target=self._read_loop, name=name, daemon=True)
@@ -522,6 +530,8 @@ class EngineLogPump:
                     if self._holding and (self._paced
                                           or self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S):
                         self._hand_over()
+                    if self._inline_held and self._clock() - self._last_forward >= FORWARD_EVERY_S:
+                        self._flush_inline()
         finally:
             if self._holding:
                 self._hand_over()
@@ -573,6 +583,8 @@ class EngineLogPump:
         waits = [IDLE_FLUSH_S] if self._mux.holding() else []
         if self._holding:
             waits.append(max(0.0, self._last_hand_over + HAND_OVER_EVERY_S - self._clock()))
+        if self._inline_held:
+            waits.append(max(0.0, self._last_forward + FORWARD_EVERY_S - self._clock()))
         return min(waits, default=None)
 
     def _note_output(self, events: list[EngineEvent]) -> None:
@@ -583,12 +595,15 @@ class EngineLogPump:
         self._holding = True
         if not self._serving and any(isinstance(e, ServerReady) for e in events):
             self._serving = True
-        if (self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S
-                or any(not isinstance(e, _PASSIVE) for e in events)):
+        if any(not isinstance(e, _PASSIVE) for e in events):
+            self._urgent = True
+        if self._urgent or self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        self._flush_inline()
+        if self._urgent or self._clock() - self._last_forward >= FORWARD_EVERY_S:
+            self._flush_inline()
+        self._urgent = False
         held, self._held = self._held, []
         self._holding = False
         self._last_hand_over = self._clock()
@@ -707,6 +722,7 @@ class EngineLogPump:
 
     def _flush_inline(self) -> None:
         batch, self._inline_held = self._inline_held, []
+        self._last_forward = self._clock()
         if not batch or self._forward_inline is None:
             return
         try:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import structlog
 
+from sglang_supervisor.shell.engineproc.process import proc_pids, read_stat
+
 log = structlog.get_logger("sglang_supervisor")
 
 REAP_POLL_S = 0.05  # how often reap_all looks again for children still dying
@@ -58,13 +60,9 @@ def zombies_to_reap(entries: Iterable[ProcEntry], *, me: int, my_session: int,
 
 def read_proc(proc: Path = Path("/proc")) -> list[ProcEntry]:
     found: list[ProcEntry] = []
-    try:
-        names = [p.name for p in proc.iterdir() if p.name.isdigit()]
-    except OSError:
-        return found
-    for name in names:
+    for name in proc_pids(proc):  # every heartbeat as PID 1: the cheap reads of process.py
         try:
-            text = (proc / name / "stat").read_text()
+            text = read_stat(proc, name)
         except OSError:
             continue  # exited while we looked
         entry = parse_stat(int(name), text)

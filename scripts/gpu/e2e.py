@@ -91,6 +91,9 @@ SCENARIO_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
      "captureoom: GB the holder leaves free at each start's `Memory pool end` (default: "
      "halfway between what the decode graphs needed at batch 512 and at 256, measured "
      "in two calibration starts; the flag skips the 256 one)"),
+    ("--canary-rollback-only", {"action": "store_true"},
+     "canary: skip steps 1-3 (0.5.16 serves, promoted to 0.5.17): the supervisor starts on 0.5.17, "
+     "then step 4b alone (0.5.16 on trial under the foreign load, rolled back)"),
     ("--nnodes", {"type": int, "default": 1},
      "2: the multi-node scenario, two supervisors on one host, --tp/2 GPUs each"),
     ("--dist-init-addr", {"default": "127.0.0.1"},

@@ -180,12 +180,17 @@ def s14_canary(ctx: Context) -> None:
     old, new = pythons[CANARY_OLD], pythons[CANARY_NEW]
     numbers: dict[str, Any] = {"wrappers": seen, "min_tps_ratio": CANARY_MIN_TPS_RATIO,
                                "max_ttft_ratio": CANARY_MAX_TTFT_RATIO}
-    cfg = canary_config(ctx, old)
+    short = bool(getattr(ctx.o, "canary_rollback_only", False))
+    numbers["rollback_only"] = short
+    cfg = canary_config(ctx, new if short else old)
     sup = SupervisorRun(ctx.o.python, cfg, work, "canary")
     try:
-        if canary_promote(ctx, sup, old, new, checks=checks, numbers=numbers):
+        if short:  # the promotion was shown in rounds 10 and 11: the rollback alone
+            if canary_serve(ctx, sup, CANARY_NEW, "step 1", checks, numbers):
+                canary_rollback(ctx, sup, cfg, old, new, checks=checks, numbers=numbers, configure=False)
+        elif canary_promote(ctx, sup, old, new, checks=checks, numbers=numbers):
             canary_rollback(ctx, sup, cfg, old, new, checks=checks, numbers=numbers)
-        canary_finish(ctx, sup, checks, numbers)
+        canary_finish(ctx, sup, checks, numbers, promoted=not short)
     finally:
         sup.close()
     ctx.record(name, checks, numbers, note=(
@@ -196,22 +201,28 @@ def s14_canary(ctx: Context) -> None:
         "the candidate confined to one CPU (taskset) and, from its capture on, two busy loops there."))
 
 
-def canary_promote(ctx: Context, sup: SupervisorRun, old: str, new: str, *, checks: list[dict[str, Any]],
-                   numbers: dict[str, Any]) -> bool:
-    """Steps 1-3: the old release serves; `upgrade --check`; `upgrade --now`: promoted."""
+def canary_serve(ctx: Context, sup: SupervisorRun, version: str, step: str,
+                 checks: list[dict[str, Any]], numbers: dict[str, Any]) -> bool:
+    """The supervisor's first start: READY, and the engine serves `version`."""
     ok = sup.wait(lambda: bool(sup.notify.times("READY=1")),
                   min(ctx.deadline - 200, time.time() + (240 if ctx.real else 60)))
     if ok:
         sup.wait(lambda: bool(sup.named("supervisor.ready")), time.time() + LOG_LAG_S)
     readies = sup.named("supervisor.ready")
     served = served_version(ctx, sup) if ok else {}
-    numbers["step1_serve_old"] = {"ready": readies[0][1] if readies else None, "served": served,
-                                  "launch_to_READY_s": round(sup.notify.times("READY=1")[0] - sup.t0, 1)
-                                  if ok else None}
-    checks.append(check(f"step 1: READY with SGLang {CANARY_OLD}", ok, numbers["step1_serve_old"]))
-    checks.append(check(f"step 1: the engine serves {CANARY_OLD}", served.get("version") == CANARY_OLD
-                        and served.get("status_engine_version") == CANARY_OLD, served))
-    if not ok:
+    numbers["step1_serve"] = {"ready": readies[0][1] if readies else None, "served": served,
+                              "launch_to_READY_s": round(sup.notify.times("READY=1")[0] - sup.t0, 1)
+                              if ok else None}
+    checks.append(check(f"{step}: READY with SGLang {version}", ok, numbers["step1_serve"]))
+    checks.append(check(f"{step}: the engine serves {version}", served.get("version") == version
+                        and served.get("status_engine_version") == version, served))
+    return ok
+
+
+def canary_promote(ctx: Context, sup: SupervisorRun, old: str, new: str, *, checks: list[dict[str, Any]],
+                   numbers: dict[str, Any]) -> bool:
+    """Steps 1-3: the old release serves; `upgrade --check`; `upgrade --now`: promoted."""
+    if not canary_serve(ctx, sup, CANARY_OLD, "step 1", checks, numbers):
         return False
     checked = upgrade_cli(ctx, sup, "upgrade-check", "--to", new, "--check")
     numbers["step2_check"] = checked
@@ -289,9 +300,18 @@ def foreign_load(ctx: Context, work: Path, capturing: Callable[[], bool]) -> Cal
 
 
 def canary_rollback(ctx: Context, sup: SupervisorRun, cfg: dict[str, Any], old: str, new: str, *,
-                    checks: list[dict[str, Any]], numbers: dict[str, Any]) -> None:
-    """Step 4: the promoted release made the configured one (a reload), then the other release
-    on trial while a foreign load slows the GPU: rolled back, the promoted one serves again."""
+                    checks: list[dict[str, Any]], numbers: dict[str, Any], configure: bool = True) -> None:
+    """Step 4: the promoted release made the configured one (a reload; not when `configure` is
+    False: it already is), then the other release on trial while a foreign load slows it: rolled
+    back, the promoted one serves again."""
+    if configure:
+        canary_configure(ctx, sup, cfg, new, checks=checks, numbers=numbers)
+    canary_trial(ctx, sup, old, checks=checks, numbers=numbers)
+
+
+def canary_configure(ctx: Context, sup: SupervisorRun, cfg: dict[str, Any], new: str, *,
+                     checks: list[dict[str, Any]], numbers: dict[str, Any]) -> None:
+    """Step 4a: engine.command moved to the promoted release's venv and reloaded."""
     moved = json.loads(json.dumps(cfg))
     moved["engine"]["command"][0] = new
     if not ctx.real:
@@ -308,6 +328,11 @@ def canary_rollback(ctx: Context, sup: SupervisorRun, cfg: dict[str, Any], old: 
     checks.append(check(f"step 4a: engine.command moved to {CANARY_NEW}'s venv, reloaded, still serving it",
                         reloaded and numbers["step4a_configure_new"]["served"].get("version") == CANARY_NEW,
                         numbers["step4a_configure_new"]))
+
+
+def canary_trial(ctx: Context, sup: SupervisorRun, old: str, *, checks: list[dict[str, Any]],
+                 numbers: dict[str, Any]) -> None:
+    """Step 4b: `old` on trial under the foreign load: rolled back, CANARY_NEW serves again."""
     n_ready, n_verdict = len(sup.notify.times("READY=1")), len(sup.named("upgrade.verdict"))
     n_capture = len(sup.named("engine.capture_begin"))
     end_load = foreign_load(ctx, sup.workdir, lambda: len(sup.named("engine.capture_begin")) > n_capture)
@@ -343,8 +368,9 @@ def canary_rollback(ctx: Context, sup: SupervisorRun, cfg: dict[str, Any], old: 
 
 
 def canary_finish(ctx: Context, sup: SupervisorRun, checks: list[dict[str, Any]],
-                  numbers: dict[str, Any]) -> None:
-    """The release memory, /status, doctor; then the stop leaves no SGLang process."""
+                  numbers: dict[str, Any], *, promoted: bool = True) -> None:
+    """The release memory, /status, doctor (CANARY_NEW's promotion there unless not `promoted`:
+    the run started on it); then the stop leaves no SGLang process."""
     status = sup.status()
     numbers["status_upgrade"] = status.get("upgrade")
     last = ((status.get("upgrade") or {}).get("last_verdict") or {})
@@ -360,9 +386,10 @@ def canary_finish(ctx: Context, sup: SupervisorRun, checks: list[dict[str, Any]]
                                  "references": {v: {p: r.get("tok_s") for p, r in refs.items()}
                                                 for v, refs in (book.get("references") or {}).items()},
                                  "promoted": book.get("promoted")}
-    checks.append(check("release memory lists both releases with their verdicts",
-                        (CANARY_NEW, "promoted") in verdicts and (CANARY_OLD, "rolled_back") in verdicts,
-                        verdicts))
+    checks.append(check("release memory lists both releases with their verdicts" if promoted else
+                        "release memory lists the rolled-back release",
+                        ((CANARY_NEW, "promoted") in verdicts or not promoted)
+                        and (CANARY_OLD, "rolled_back") in verdicts, verdicts))
     path = sup.workdir / "doctor.json"
     rc: int | str
     try:
@@ -376,8 +403,10 @@ def canary_finish(ctx: Context, sup: SupervisorRun, checks: list[dict[str, Any]]
     listed = [f.get("what", "") for f in doc.get("findings") or [] if isinstance(f, dict)
               and str(f.get("code", "")).startswith("upgrade.")]
     numbers["doctor"] = {"rc": rc, "upgrade_findings": listed}
-    checks.append(check("doctor lists both releases with their verdicts",
-                        any(f"release {CANARY_NEW}" in w and "promoted" in w for w in listed)
+    checks.append(check("doctor lists both releases with their verdicts" if promoted else
+                        "doctor lists the rolled-back release with its verdict",
+                        (any(f"release {CANARY_NEW}" in w and "promoted" in w for w in listed)
+                         or not promoted)
                         and any(f"release {CANARY_OLD}" in w and "rolled_back" in w for w in listed),
                         listed))
     engine_pid = status.get("engine_pid")

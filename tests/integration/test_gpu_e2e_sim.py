@@ -111,3 +111,25 @@ def test_gpu_e2e_fidelity_scenario_in_sim_mode(tmp_path: Path) -> None:
     runs = sc["numbers"]["runs"]
     assert runs["graphs"]["checks"][0]["prefix_agreement"] == [32, 32, 32]
     assert runs["damaged"]["mismatch"][0]["reason"] == "prefix"
+
+
+@pytest.mark.parametrize("short", [False, True], ids=["whole", "rollback-only"])
+def test_gpu_e2e_canary_scenario_in_sim_mode(tmp_path: Path, short: bool) -> None:
+    """The `canary` scenario (issue 24) over the simulator: 0.5.16 serves, 0.5.17 promoted, then
+    0.5.16 on trial under the (emulated) foreign load rolled back; `--canary-rollback-only` starts
+    on 0.5.17 and runs the rollback alone, with the checks that do not need the promotion."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_E2E_PYTHON=sys.executable,
+               GPU_E2E_WORKDIR=str(tmp_path / "work"))
+    extra = ["--canary-rollback-only"] if short else []
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu-e2e"), "--engine", "sim", "--budget-s", "240",
+                           "--only", "canary", *extra], check=False, env=env, capture_output=True,
+                          text=True, timeout=360)
+    report = json.loads((out / "report.json").read_text())
+    sc = report["scenarios"]["s14_canary"]
+    assert sc["status"] == "pass", ([c for c in sc["checks"] if not c["ok"]], proc.stdout[-2000:])
+    names = [c["name"] for c in sc["checks"]]
+    assert any(n.startswith("step 4: ") and "rolled back" in n for n in names)
+    assert any(n.startswith("step 3: ") for n in names) is not short
+    assert sc["numbers"]["rollback_only"] is short
+    assert sc["numbers"]["step4b_rollback"]["verdict"]["verdict"] == "rolled_back"

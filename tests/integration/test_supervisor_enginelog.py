@@ -128,6 +128,14 @@ def test_write_errors_are_counted_not_raised(tmp_path: Path, monkeypatch: pytest
         b"OSError: [Errno 5] Input/output error\nback\n")
 
 
+async def until(cond: Callable[[], bool], timeout: float = 10) -> None:
+    """Poll `cond` on the loop until it holds (a pump's callbacks run there or on its reader)."""
+    async def poll() -> None:
+        while not cond():
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(poll(), timeout)
+
+
 async def feed_to_eof(pump: EngineLogPump, w: int, payload: list[bytes], pause_s: float,
                       eof: asyncio.Event) -> None:
     """Write `payload` into the pump's pipe a chunk at a time, `pause_s` apart, close it, and wait
@@ -343,12 +351,6 @@ def test_stat_lines_wait_for_the_next_event_and_arrive_with_it_in_order(tmp_path
             order.append("eof")
             done.set()
 
-        async def until(cond: Callable[[], bool]) -> None:
-            async def poll() -> None:
-                while not cond():
-                    await asyncio.sleep(0.01)
-            await asyncio.wait_for(poll(), 10)
-
         pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
                              splitter=Splitter(), parser=Parser(),
                              on_output=lambda evs: (calls.append(list(evs)), order.append("output")),
@@ -427,12 +429,6 @@ def test_inline_forwarding_of_chatter_waits_its_interval_and_goes_first_with_an_
             handed.extend(e.line_no for e in evs)
             if any(isinstance(e, EngineFailed) for e in evs):
                 at_failure.append(list(forwarded))
-
-        async def until(cond: Callable[[], bool]) -> None:
-            async def poll() -> None:
-                while not cond():
-                    await asyncio.sleep(0.01)
-            await asyncio.wait_for(poll(), 10)
 
         pump = EngineLogPump(r, loop=loop, log=RotatingByteLog(tmp_path / "e.log", 1 << 20, 1),
                              splitter=Splitter(), parser=Parser(), on_output=on_output,

@@ -73,6 +73,9 @@ def prometheus(workdir: Path, targets: list[str]) -> Iterator[Prometheus]:
 
 
 def _result(resp: httpx.Response) -> list[dict[str, Any]]:
+    # 503 while it starts (TSDB not ready), in plain text: an HTTPError the polling callers retry on
+    if resp.status_code == 503:
+        resp.raise_for_status()
     body = resp.json()
     assert body["status"] == "success", body
     return list(body["data"]["result"])

@@ -1,6 +1,10 @@
 """Scenario canary, s14_canary (issue 24): the upgrade canary between two real releases, each behind
 an interpreter wrapper that sees only it: 0.5.16 serves, 0.5.17 checked and promoted, then 0.5.16
-on trial under a foreign GPU load: rolled back."""
+on trial under a foreign load: rolled back (`--canary-rollback-only`: the last step alone).
+
+Long because: one scenario's steps share its release wrappers, the foreign load (which confines
+the candidate through those wrappers) and one supervisor run; each step is its own function.
+"""
 
 from __future__ import annotations
 

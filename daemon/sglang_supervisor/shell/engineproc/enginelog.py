@@ -447,7 +447,6 @@ class EngineLogPump:
         self._told_log_on_stdout = False
         self._usage = UsageFold()  # SGLang's usage text reaches the journal folded (core/usagefold.py)
         self._held: list[EngineEvent] = []  # passive events not handed to the loop yet
-        self._urgent = False  # what is held carries an event other than stat lines
         self._holding = False  # output (with or without events) the loop has not heard of
         self._last_hand_over = -HAND_OVER_EVERY_S
         self._inline_held: list[ForwardLine] = []  # for forward_inline (FORWARD_EVERY_S)
@@ -595,15 +594,15 @@ class EngineLogPump:
         self._holding = True
         if not self._serving and any(isinstance(e, ServerReady) for e in events):
             self._serving = True
-        if any(not isinstance(e, _PASSIVE) for e in events):
-            self._urgent = True
-        if self._urgent or self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S:
-            self._hand_over()
+        urgent = any(not isinstance(e, _PASSIVE) for e in events)
+        if urgent or self._clock() - self._last_hand_over >= HAND_OVER_EVERY_S:
+            self._hand_over(urgent)
 
-    def _hand_over(self) -> None:
-        if self._urgent or self._clock() - self._last_forward >= FORWARD_EVERY_S:
+    def _hand_over(self, urgent: bool = False) -> None:
+        """What is held to the loop; the forwarded lines with it when `urgent` (an event other
+        than stat lines) or FORWARD_EVERY_S passed."""
+        if urgent or self._clock() - self._last_forward >= FORWARD_EVERY_S:
             self._flush_inline()
-        self._urgent = False
         held, self._held = self._held, []
         self._holding = False
         self._last_hand_over = self._clock()

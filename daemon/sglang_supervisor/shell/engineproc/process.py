@@ -324,7 +324,7 @@ def parse_stat(pid: int, text: str) -> ProcEntry:
                      state=rest[0], name=text[lpar + 1:rpar], start=int(rest[19]))
 
 
-STAT_MAX_BYTES = 4096  # /proc/PID/stat is one line of ~300 bytes (the name is at most 64)
+STAT_MAX_BYTES = 4096  # /proc/PID/stat is one line of a few hundred bytes (the name is at most 16)
 
 
 def read_stat(proc: Path, pid: str) -> str:

@@ -163,6 +163,25 @@ if [ "${RESTART:-0}" = 1 ]; then
   [ "$rrc" = 0 ]; ok $? "systemctl restart reached READY again"
   python3 -c "import sys; sys.exit(0 if float('$t_restart') <= 0.5 * float('$t_active') else 1)"
   ok $? "systemctl restart ($t_restart s) <= 0.5 x the unit's first start ($t_active s)"
+  # A crash under the unit: SIGKILL of the engine's leader; the supervisor relaunches it inside the
+  # same unit (same PrivateTmp, same CacheDirectory). READY again = one more engine.ready event.
+  readies() { in_sd /tmp/sd/bin/journalctl -u sglang-seed.service --no-pager -o cat EVENT=engine.ready 2>/dev/null | grep -c .; }
+  main=$(sctl show -p MainPID --value sglang-seed.service)
+  eng=$(in_sd pgrep -P "$main" -f "sglang" | head -1)
+  n0=$(readies)
+  say "SIGKILL: supervisor pid $main (unit's namespace), engine leader ${eng:-none}, engine.ready so far $n0"
+  ts=$(date +%s.%N)
+  [ -n "$eng" ] && in_sd kill -KILL "$eng"
+  again=1
+  for _ in $(seq 1 $((WAIT_S))); do
+    [ "$(readies)" -gt "$n0" ] && { again=0; break; }
+    sleep 1
+  done
+  t_kill=$(python3 -c "import time;print(round(time.time()-$ts,1))")
+  say "SIGKILL of the engine leader: READY again after $t_kill s (first start: $t_active s); unit $(sctl show -p ActiveState --value sglang-seed.service), supervisor pid $(sctl show -p MainPID --value sglang-seed.service)"
+  [ "$again" = 0 ]; ok $? "the supervisor relaunched the SIGKILLed engine to READY inside the unit"
+  python3 -c "import sys; sys.exit(0 if float('$t_kill') <= 0.5 * float('$t_active') else 1)"
+  ok $? "relaunch after SIGKILL ($t_kill s, 1 s polls) <= 0.5 x the unit's first start ($t_active s)"
 fi
 
 # --- stop: GPU memory back to baseline --------------------------------------------------------------

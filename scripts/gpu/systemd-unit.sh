@@ -173,7 +173,8 @@ if [ "${RESTART:-0}" = 1 ]; then
   ts=$(date +%s.%N)
   [ -n "$eng" ] && in_sd kill -KILL "$eng"
   again=1
-  for _ in $(seq 1 $((WAIT_S))); do
+  # No engine found: nothing was killed, so there is nothing to wait for (device time is scarce).
+  [ -n "$eng" ] && for _ in $(seq 1 $((WAIT_S))); do
     [ "$(readies)" -gt "$n0" ] && { again=0; break; }
     sleep 1
   done

@@ -51,7 +51,7 @@ def build_corpus(path: Path, min_lines: int, startup_heavy: bool = False,
 def _splitter_parser() -> tuple[object, object]:
     from sglang_supervisor.core import logwatch
 
-    return logwatch.LineSplitter(), logwatch.LogParser()
+    return logwatch.LineSplitter(), logwatch.LogParser(defer_stats=True)  # as the runner reads
 
 
 def time_cat(path: Path) -> float:

@@ -54,7 +54,7 @@ def _record() -> bytes:
     return reqlog.line(reqlog.receive(obj, 2, "text", NOW), NOW).encode()
 
 
-def _run(tmp_path: Path, writes: list[tuple[str, bytes]]) -> tuple[
+def _run(tmp_path: Path, writes: list[tuple[str, bytes]], defer_stats: bool = False) -> tuple[
         EngineLogPump, list[EngineEvent], list[tuple[str, int, str | None]]]:
     async def main() -> tuple[EngineLogPump, list[EngineEvent], list[tuple[str, int, str | None]]]:
         loop = asyncio.get_running_loop()
@@ -64,7 +64,7 @@ def _run(tmp_path: Path, writes: list[tuple[str, bytes]]) -> tuple[
         forwarded: list[tuple[str, int, str | None]] = []
         done = asyncio.Event()
         pump = EngineLogPump(err_r, loop=loop, log=RotatingByteLog(tmp_path / "engine.log", 1 << 20, 1),
-                             splitter=LineSplitter(), parser=LogParser("0.5.17", [SECRET]),
+                             splitter=LineSplitter(), parser=LogParser("0.5.17", [SECRET], defer_stats=defer_stats),
                              echo_fd=out_r, echo_splitter=LineSplitter(),
                              on_output=events.extend, on_eof=done.set, secrets=[SECRET],
                              forward_batch=forwarded.extend)
@@ -95,6 +95,24 @@ def test_a_forged_line_behind_a_raw_dict_key_on_stdout_is_no_event(tmp_path: Pat
     assert cuda == [("RuntimeError: CUDA error: an illegal memory access was encountered",
                      PRIORITY_INFO, None)]
     assert pump.stats.internal_errors == 0
+
+
+def test_a_read_of_stat_lines_is_handed_over_settled_and_forwarded_whole(tmp_path: Path) -> None:
+    # As the daemon's runner reads: stat lines parsed only where the runner's fold keeps them.
+    def decode(i: int) -> bytes:
+        return (f"[2026-12-01 10:00:01.{i:03d} TP1] Decode batch, #running-req: 4, #token: {i}, "
+                f"token usage: 0.00, cuda graph: True, gen throughput (token/s): {100 + i}.50, "
+                "#queue-req: 0\n").encode()
+    burst = b"".join(decode(i) for i in range(50)) + READY + b"".join(decode(i) for i in range(50, 60))
+    _, events, forwarded = _run(tmp_path, [("err", burst)], defer_stats=True)
+    assert [type(e).__name__ for e in events] == ["DecodeStats", "ServerReady", "DecodeStats"]
+    first, _, last = events
+    assert isinstance(first, DecodeStats) and first.gen_throughput == 149.5 and first.line_no == 50
+    assert isinstance(last, DecodeStats) and last.gen_throughput == 159.5 and last.rank == "TP1"
+    assert len(forwarded) == 61  # every line reaches the journal, with its rank
+    assert {(prio, rank) for text, prio, rank in forwarded if "Decode batch" in text} == {
+        (PRIORITY_INFO, "TP1")}
+    assert (tmp_path / "engine.log").read_bytes() == burst
 
 
 def test_the_file_gets_whole_lines_when_the_streams_interleave_inside_a_line(tmp_path: Path) -> None:

@@ -1,6 +1,11 @@
 """The engine's periodic stat lines (`Decode batch`, `Prefill batch`) → typed `DecodeStats` and
 `PrefillStats`, and a hand-over's run of them folded to what consumers keep (`fold_stats`). Pure.
 
+A reader that hands runs over folded may defer the parse: `StatLine` holds a stat line unread, and
+`settle_stats` parses only those of a run that `fold_stats` would keep, from the run's end back.
+At 1000 lines/s most of a serving engine's stat lines are superseded within the same read, and a
+stat line costs ~3.5 µs to read where an access line costs ~1 (issue 26).
+
 Each reader tries the whole line against the release's exact layout first (one regex match, the
 common case while serving) and falls back to reading field by field, which any line order or a
 missing field survives.
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sglang_supervisor.core.events import DecodeStats, EngineEvent, PrefillStats
 from sglang_supervisor.engine import patterns as P
@@ -82,6 +88,76 @@ def prefill_stats_by_field(msg: str, rank: str | None, line_no: int) -> PrefillS
 
 _decode_line = P.DECODE_LINE.fullmatch
 _prefill_line = P.PREFILL_LINE.fullmatch
+
+
+@dataclass(frozen=True, slots=True)
+class StatLine(EngineEvent):
+    """A stat line recognised by its head but not read yet (`LogParser(defer_stats=True)`); never
+    leaves the reader: `settle_stats` turns it into its `DecodeStats`/`PrefillStats` or drops it."""
+
+    msg: str  # the line after its log header
+    prefill: bool  # `Prefill batch` (else `Decode batch`)
+
+
+def _read(ev: EngineEvent) -> EngineEvent:
+    if not isinstance(ev, StatLine):
+        return ev
+    if ev.prefill:
+        return prefill_stats(ev.msg, ev.rank, ev.line_no)
+    return decode_stats(ev.msg, ev.rank, ev.line_no)
+
+
+def _settled_run(run: list[EngineEvent]) -> list[EngineEvent]:
+    """`_kept_stats` of the run read in full, reading only what it keeps: walked from the end, a
+    line is read while a kind it could be the last of is still open."""
+    open_kinds = {"decode", "tok_s", "graph", "prefill"}
+    kept: list[EngineEvent] = []
+    for line in reversed(run):
+        is_prefill = line.prefill if isinstance(line, StatLine) else isinstance(line, PrefillStats)
+        if ("prefill" in open_kinds) if is_prefill else bool(open_kinds - {"prefill"}):
+            ev = _read(line)
+            if _closes(ev, open_kinds):
+                kept.append(ev)
+                if not open_kinds:
+                    break
+    kept.reverse()
+    return kept
+
+
+def _closes(ev: EngineEvent, open_kinds: set[str]) -> bool:
+    """Whether `ev` is the last of a kind still open (walking back); closes those kinds."""
+    if isinstance(ev, PrefillStats):
+        kinds = {"prefill"}
+    else:
+        assert isinstance(ev, DecodeStats)
+        kinds = {"decode"}
+        if ev.gen_throughput is not None and ev.running_req:
+            kinds.add("tok_s")
+        if ev.cuda_graph is not None:
+            kinds.add("graph")
+    hit = kinds & open_kinds
+    open_kinds -= hit
+    return bool(hit)
+
+
+def settle_stats(events: list[EngineEvent]) -> list[EngineEvent]:
+    """`events` with each run holding a `StatLine` settled: as `fold_stats` of the events read in
+    full would give that run. Runs without one, and every other event, are left as they are."""
+    if not any(type(ev) is StatLine for ev in events):
+        return events
+    out: list[EngineEvent] = []
+    run: list[EngineEvent] = []
+    for ev in events:
+        if isinstance(ev, DecodeStats | PrefillStats | StatLine):
+            run.append(ev)
+            continue
+        if run:
+            out += _settled_run(run) if any(type(e) is StatLine for e in run) else run
+            run = []
+        out.append(ev)
+    if run:
+        out += _settled_run(run) if any(type(e) is StatLine for e in run) else run
+    return out
 
 
 def _kept_stats(run: list[EngineEvent]) -> list[EngineEvent]:

@@ -44,7 +44,7 @@ from sglang_supervisor.core.events import (
 from sglang_supervisor.core.failures import rank as failure_rank
 from sglang_supervisor.core.linesplit import MAX_LINE_BYTES, TRUNCATED_MARK, LineSplitter
 from sglang_supervisor.core.logframing import unframe
-from sglang_supervisor.core.logstats import decode_stats, prefill_stats
+from sglang_supervisor.core.logstats import StatLine, decode_stats, prefill_stats
 
 # The line splitter and the whole-log summary have their own modules; their names stay importable
 # from here (the parser's one entry point for callers and tests that split, parse and summarise).
@@ -110,8 +110,12 @@ class _Capturing:
 class LogParser:
     """Stateful parser of one engine run's output, line by line."""
 
-    def __init__(self, version: str | None = None, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, version: str | None = None, secrets: Iterable[str] = (), *,
+                 defer_stats: bool = False) -> None:
         self.version = version
+        # A stat line read the fast way comes out as a `StatLine`, for a caller that settles each
+        # batch (`logstats.settle_stats`) before anyone sees it: the engine log pump.
+        self._defer_stats = defer_stats
         self._secrets = expand(secrets)  # every escaped spelling too
         self._line_no = 0
         self._block: _Block | None = None
@@ -160,11 +164,13 @@ class LogParser:
             return []
         # A stats line may go on in the next line (a terminal wrapped it): keep it for a join.
         if msg.startswith(P.DECODE_KEY):
-            stats: EngineEvent = decode_stats(msg, rank, line_no)
+            stats: EngineEvent = (StatLine(line_no, rank, msg, False) if self._defer_stats
+                                  else decode_stats(msg, rank, line_no))
             self._prev_unmatched = (line_no, rank, msg)
             return [stats]
         if msg.startswith(P.PREFILL_KEY):
-            stats = prefill_stats(msg, rank, line_no)
+            stats = (StatLine(line_no, rank, msg, True) if self._defer_stats
+                     else prefill_stats(msg, rank, line_no))
             self._prev_unmatched = (line_no, rank, msg)
             return [stats]
         return self._message(msg, rank, line_no, headed=True)

@@ -50,6 +50,7 @@ from sglang_supervisor.core.events import (
     TracebackLine,
 )
 from sglang_supervisor.core.logmux import LineMux
+from sglang_supervisor.core.logstats import settle_stats
 from sglang_supervisor.core.secretforms import expand
 from sglang_supervisor.core.usagefold import USAGE_PREFIX, UsageFold
 from sglang_supervisor.engine.patterns import looks_like_own_log
@@ -663,7 +664,7 @@ class EngineLogPump:
         if not self._forwarding:
             for line in lines:
                 events += feed_line(line)
-            return events
+            return settle_stats(events)
         batch: list[ForwardLine] = []
         append = batch.append
         fold = self._usage
@@ -697,7 +698,7 @@ class EngineLogPump:
         finally:  # what was parsed before a parser bug is still forwarded, in order
             if batch:
                 self._put_forward(batch, size)
-        return events
+        return settle_stats(events)
 
     def _forward_item(self, line: str, events: list[EngineEvent]) -> ForwardLine | None:
         if all(isinstance(e, CaptureProgress) for e in events):

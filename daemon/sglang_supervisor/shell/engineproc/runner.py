@@ -325,7 +325,7 @@ class EngineRunner:
             proc.stderr_fd, loop=self.current.running_loop(),
             log=RotatingByteLog(eng_cfg.log_file, eng_cfg.log_max_bytes, eng_cfg.log_backups,
                                 on_state=self.log_state_threadsafe),
-            splitter=LineSplitter(), parser=LogParser(self.current.prep.version, secrets),
+            splitter=LineSplitter(), parser=LogParser(self.current.prep.version, secrets, defer_stats=True),
             echo_fd=proc.stdout_fd, echo_splitter=LineSplitter(),  # request records: never parsed
             on_output=lambda events: self.on_output(attempt, events), on_eof=eof.set,
             secrets=secrets,

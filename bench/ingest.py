@@ -51,7 +51,11 @@ def build_corpus(path: Path, min_lines: int, startup_heavy: bool = False,
 def _splitter_parser() -> tuple[object, object]:
     from sglang_supervisor.core import logwatch
 
-    return logwatch.LineSplitter(), logwatch.LogParser(defer_stats=True)  # as the runner reads
+    try:  # as the runner reads; a commit before deferred stat lines (bench/ab's A) has no such option
+        parser = logwatch.LogParser(defer_stats=True)  # type: ignore[call-arg,unused-ignore]
+    except TypeError:
+        parser = logwatch.LogParser()
+    return logwatch.LineSplitter(), parser
 
 
 def time_cat(path: Path) -> float:

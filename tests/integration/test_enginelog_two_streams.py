@@ -63,8 +63,9 @@ def _run(tmp_path: Path, writes: list[tuple[str, bytes]], defer_stats: bool = Fa
         events: list[EngineEvent] = []
         forwarded: list[tuple[str, int, str | None]] = []
         done = asyncio.Event()
+        parser = LogParser("0.5.17", [SECRET], defer_stats=defer_stats)
         pump = EngineLogPump(err_r, loop=loop, log=RotatingByteLog(tmp_path / "engine.log", 1 << 20, 1),
-                             splitter=LineSplitter(), parser=LogParser("0.5.17", [SECRET], defer_stats=defer_stats),
+                             splitter=LineSplitter(), parser=parser,
                              echo_fd=out_r, echo_splitter=LineSplitter(),
                              on_output=events.extend, on_eof=done.set, secrets=[SECRET],
                              forward_batch=forwarded.extend)

@@ -80,12 +80,15 @@ _PASSIVE = (DecodeStats, PrefillStats)
 # pump): up to then each read goes at once, so the startup's events (capture, ready) are never held.
 # Then output after a quiet spell is still read at once (a lone crash line is never held); one amid
 # the chatter waits COALESCE_S at most: HAND_OVER_EVERY_S less a margin for the read, its parse and
-# the hand-over (a paced round of 1000 lines/s is ~80 lines: well under a millisecond of work).
-# Each round wakes the reader, writes the file and stats it, so fewer rounds are most of what
-# pacing saves (issue 26: 0.05 s cost ~0.2 % of a core more than this at 1000 lines/s). A read of
-# a quarter of READ_SIZE or more is never paused on, and only pipes the kernel let us widen to
-# PIPE_BYTES are paused on at all: the engine must never find its pipe full.
-COALESCE_S = 0.08
+# the hand-over (a paced read is under a quarter of READ_SIZE, ~128 lines: about a millisecond of
+# work on a slow core, so 5 ms of margin). The rounds are most of what a chatty engine costs: each
+# wakes the reader, writes the file and stats it, hands over and wakes the loop, and after a pause
+# the same lines cost the parser ~1.7x what they cost back to back (bench/parse_cost.py: caches
+# and the core's clock gone cold), whatever is saved per line (issue 26: 0.05 s cost ~0.2 % of a
+# core more than 0.08 s at 1000 lines/s). A read of a quarter of READ_SIZE or more is never paused
+# on, and only pipes the kernel let us widen to PIPE_BYTES are paused on at all: the engine must
+# never find its pipe full.
+COALESCE_S = 0.095
 COALESCE_MIN_PIPE = 256 << 10
 # forward_inline gets the lines with a hand-over to the loop that carries an event other than stat
 # lines (so the journal shows the engine's words before the supervisor's answer to them), at EOF,

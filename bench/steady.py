@@ -62,11 +62,11 @@ def run(quick: bool, seconds: float) -> Section:
     sec.raw = {"busy": {"cpu": busy_cpu, "rss": busy_rss, **busy_counts},
                "rest": {"cpu": rest_cpu, "rss": rest_rss, **rest_counts}}
     where = {  # py-spy profiles and per-thread CPU (/proc/PID/task) of these phases (2026-12-03)
-        "busy": " Where it goes: the pump's reader thread (about half: the wake-ups of its paced "
-                "reads, every 50 ms once the engine is ready, and per line split, parse, format), "
-                "the event loop (the stat lines handed over every 0.1 s, the probe, the health "
-                "check) and the log writer; the bench's JSON log format costs ~3 µs a line where "
-                "journald costs ~0.4.",
+        "busy": " Where it goes: the pump's reader thread (about two thirds: its paced rounds, "
+                "about ten a second once the engine is ready, each a wake-up, a file write and the "
+                "parse of ~100 lines gone cold: bench/parse_cost.py), the event loop (the hand-overs, "
+                "the probe, the health check) and the log writer; formatting the bench's JSON log "
+                "lines costs ~0.8 µs a line.",
         "rest": " Where it goes: the health check (/health and /metrics), the event loop's heartbeat "
                 "every second and the scan of /proc for the engine's process family every 2 s.",
     }

@@ -107,74 +107,33 @@ def _read(ev: EngineEvent) -> EngineEvent:
     return decode_stats(ev.msg, ev.rank, ev.line_no)
 
 
-def _settled_run(run: list[EngineEvent]) -> list[EngineEvent]:
-    """`_kept_stats` of the run read in full, reading only what it keeps: walked from the end, a
-    line is read while a kind it could be the last of is still open."""
+def _kinds(ev: EngineEvent) -> tuple[str, ...]:
+    """What a consumer can tell a stat event apart by: a decode step ran, the throughput of a busy
+    engine (passive tok/s), whether CUDA graphs ran; or a prefill."""
+    if isinstance(ev, PrefillStats):
+        return ("prefill",)
+    assert isinstance(ev, DecodeStats)
+    busy = ev.gen_throughput is not None and bool(ev.running_req)
+    return ("decode",) + (("tok_s",) if busy else ()) + (("graph",) if ev.cuda_graph is not None else ())
+
+
+def _kept_stats(run: list[EngineEvent]) -> list[EngineEvent]:
+    """Of one run of stat events, in order, the last of each kind (`_kinds`). Walked from the end,
+    a `StatLine` is read only while a kind it could be the last of is still open."""
     open_kinds = {"decode", "tok_s", "graph", "prefill"}
     kept: list[EngineEvent] = []
     for line in reversed(run):
         is_prefill = line.prefill if isinstance(line, StatLine) else isinstance(line, PrefillStats)
         if ("prefill" in open_kinds) if is_prefill else bool(open_kinds - {"prefill"}):
             ev = _read(line)
-            if _closes(ev, open_kinds):
+            hit = open_kinds.intersection(_kinds(ev))
+            if hit:
+                open_kinds -= hit
                 kept.append(ev)
                 if not open_kinds:
                     break
     kept.reverse()
     return kept
-
-
-def _closes(ev: EngineEvent, open_kinds: set[str]) -> bool:
-    """Whether `ev` is the last of a kind still open (walking back); closes those kinds."""
-    if isinstance(ev, PrefillStats):
-        kinds = {"prefill"}
-    else:
-        assert isinstance(ev, DecodeStats)
-        kinds = {"decode"}
-        if ev.gen_throughput is not None and ev.running_req:
-            kinds.add("tok_s")
-        if ev.cuda_graph is not None:
-            kinds.add("graph")
-    hit = kinds & open_kinds
-    open_kinds -= hit
-    return bool(hit)
-
-
-def settle_stats(events: list[EngineEvent]) -> list[EngineEvent]:
-    """`events` with each run holding a `StatLine` settled: as `fold_stats` of the events read in
-    full would give that run. Runs without one, and every other event, are left as they are."""
-    if not any(type(ev) is StatLine for ev in events):
-        return events
-    out: list[EngineEvent] = []
-    run: list[EngineEvent] = []
-    for ev in events:
-        if isinstance(ev, DecodeStats | PrefillStats | StatLine):
-            run.append(ev)
-            continue
-        if run:
-            out += _settled_run(run) if any(type(e) is StatLine for e in run) else run
-            run = []
-        out.append(ev)
-    if run:
-        out += _settled_run(run) if any(type(e) is StatLine for e in run) else run
-    return out
-
-
-def _kept_stats(run: list[EngineEvent]) -> list[EngineEvent]:
-    """Of one run of stat events, what a consumer can still tell apart, in order: the last
-    `DecodeStats` (a decode step ran), the last with a throughput of a busy engine (passive
-    tok/s), the last that says whether CUDA graphs ran, and the last `PrefillStats`."""
-    last: dict[str, int] = {}
-    for i, ev in enumerate(run):
-        if isinstance(ev, DecodeStats):
-            last["decode"] = i
-            if ev.gen_throughput is not None and ev.running_req:
-                last["tok_s"] = i
-            if ev.cuda_graph is not None:
-                last["graph"] = i
-        else:
-            last["prefill"] = i
-    return [run[i] for i in sorted(set(last.values()))]
 
 
 def fold_stats(events: Sequence[EngineEvent]) -> list[EngineEvent]:
@@ -188,13 +147,20 @@ def fold_stats(events: Sequence[EngineEvent]) -> list[EngineEvent]:
     out: list[EngineEvent] = []
     run: list[EngineEvent] = []
     for ev in events:
-        if isinstance(ev, DecodeStats | PrefillStats):
+        if isinstance(ev, DecodeStats | PrefillStats | StatLine):
             run.append(ev)
             continue
         if run:
-            out += _kept_stats(run) if len(run) > 1 else run
+            out += _kept_stats(run) if len(run) > 1 else [_read(run[0])]
             run = []
         out.append(ev)
     if run:
-        out += _kept_stats(run) if len(run) > 1 else run
+        out += _kept_stats(run) if len(run) > 1 else [_read(run[0])]
     return out
+
+
+def settle_stats(events: list[EngineEvent]) -> list[EngineEvent]:
+    """A deferring parser's read with its `StatLine`s settled: `fold_stats` of it, which reads only
+    what it keeps, so the same as `fold_stats` of the events read in full. Events of a parser that
+    does not defer are returned as they are."""
+    return fold_stats(events) if any(type(ev) is StatLine for ev in events) else events

@@ -54,7 +54,16 @@ def _record() -> bytes:
     return reqlog.line(reqlog.receive(obj, 2, "text", NOW), NOW).encode()
 
 
-def _run(tmp_path: Path, writes: list[tuple[str, bytes]], defer_stats: bool = False) -> tuple[
+class _LineByLine:
+    """The runner's parser without `feed_run`: the pump reads each line through `feed_line`."""
+
+    def __init__(self, inner: LogParser) -> None:
+        self.feed_line = inner.feed_line
+        self.finish = inner.finish
+
+
+def _run(tmp_path: Path, writes: list[tuple[str, bytes]], defer_stats: bool = False,
+         line_by_line: bool = False) -> tuple[
         EngineLogPump, list[EngineEvent], list[tuple[str, int, str | None]]]:
     async def main() -> tuple[EngineLogPump, list[EngineEvent], list[tuple[str, int, str | None]]]:
         loop = asyncio.get_running_loop()
@@ -65,7 +74,7 @@ def _run(tmp_path: Path, writes: list[tuple[str, bytes]], defer_stats: bool = Fa
         done = asyncio.Event()
         parser = LogParser("0.5.17", [SECRET], defer_stats=defer_stats)
         pump = EngineLogPump(err_r, loop=loop, log=RotatingByteLog(tmp_path / "engine.log", 1 << 20, 1),
-                             splitter=LineSplitter(), parser=parser,
+                             splitter=LineSplitter(), parser=_LineByLine(parser) if line_by_line else parser,
                              echo_fd=out_r, echo_splitter=LineSplitter(),
                              on_output=events.extend, on_eof=done.set, secrets=[SECRET],
                              forward_batch=forwarded.extend)
@@ -114,6 +123,32 @@ def test_a_read_of_stat_lines_is_handed_over_settled_and_forwarded_whole(tmp_pat
     assert {(prio, rank) for text, prio, rank in forwarded if "Decode batch" in text} == {
         (PRIORITY_INFO, "TP1")}
     assert (tmp_path / "engine.log").read_bytes() == burst
+
+
+def test_a_read_of_serving_chatter_reaches_the_loop_and_journal_as_read_line_by_line(
+        tmp_path: Path) -> None:
+    # The seed's chatter (TP0 stat lines between access lines) read at once (LogParser.feed_run),
+    # against the same bytes read one line at a time; a ready line between two reads.
+    def chatter(i: int) -> bytes:
+        return (f'[2026-12-01 10:00:02] INFO:     127.0.0.1:{5000 + i} - "POST /generate HTTP/1.1" 200 OK\n'
+                f"[2026-12-01 10:00:02 TP0] Decode batch, #running-req: {i % 3}, #token: {i}, token usage: "
+                f"0.00, cuda graph: True, gen throughput (token/s): {100 + i}.50, #queue-req: 0\n"
+                f"[2026-12-01 10:00:02 TP0] Prefill batch, #new-seq: 1, #new-token: {i}, #cached-token: 0, "
+                f"token usage: 0.00, #running-req: 1, #queue-req: 0, cuda graph: False, input throughput "
+                f"(token/s): {i}.25\n").encode()
+    writes = [("err", b"".join(chatter(i) for i in range(30))), ("err", READY),
+              ("err", b"".join(chatter(i) for i in range(30, 41)))]
+    runs = [_run(tmp_path / kind, writes, defer_stats=True, line_by_line=kind == "lines")
+            for kind in ("run", "lines")]
+    (_, events, forwarded), (_, want_events, want_forwarded) = runs
+    assert events == want_events and forwarded == want_forwarded
+    assert [type(e).__name__ for e in events] == ["DecodeStats", "PrefillStats", "ServerReady",
+                                                  "DecodeStats", "PrefillStats"]
+    decode = events[3]
+    assert isinstance(decode, DecodeStats) and decode.gen_throughput == 140.5 and decode.rank == "TP0"
+    assert len(forwarded) == 41 * 3 + 1
+    assert {rank for text, _, rank in forwarded if "batch" in text} == {"TP0"}
+    assert {rank for text, _, rank in forwarded if "HTTP/1.1" in text} == {None}
 
 
 def test_the_file_gets_whole_lines_when_the_streams_interleave_inside_a_line(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ missing field survives.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sglang_supervisor.core.events import DecodeStats, EngineEvent, PrefillStats
@@ -118,11 +118,17 @@ def _kinds(ev: EngineEvent) -> tuple[str, ...]:
 
 
 def _kept_stats(run: list[EngineEvent]) -> list[EngineEvent]:
-    """Of one run of stat events, in order, the last of each kind (`_kinds`). Walked from the end,
-    a `StatLine` is read only while a kind it could be the last of is still open."""
+    """Of one run of stat events, in order, the last of each kind (`_kinds`)."""
+    return kept_from_end(reversed(run))
+
+
+def kept_from_end(backwards: Iterable[EngineEvent]) -> list[EngineEvent]:
+    """`_kept_stats` of a run given from its end back, in order: a `StatLine` is read only while
+    a kind it could be the last of is still open, and nothing is taken from `backwards` once every
+    kind is closed (a reader may yield a long run's lines lazily: `LogParser.feed_run`)."""
     open_kinds = {"decode", "tok_s", "graph", "prefill"}
     kept: list[EngineEvent] = []
-    for line in reversed(run):
+    for line in backwards:
         is_prefill = line.prefill if isinstance(line, StatLine) else isinstance(line, PrefillStats)
         if ("prefill" in open_kinds) if is_prefill else bool(open_kinds - {"prefill"}):
             ev = _read(line)

@@ -14,8 +14,9 @@ summary live in linesplit.py, logstats.py and logsummary.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sglang_supervisor.core.events import (
     CaptureBegan,
@@ -44,7 +45,7 @@ from sglang_supervisor.core.events import (
 from sglang_supervisor.core.failures import rank as failure_rank
 from sglang_supervisor.core.linesplit import MAX_LINE_BYTES, TRUNCATED_MARK, LineSplitter
 from sglang_supervisor.core.logframing import unframe
-from sglang_supervisor.core.logstats import StatLine, decode_stats, prefill_stats
+from sglang_supervisor.core.logstats import StatLine, decode_stats, kept_from_end, prefill_stats
 
 # The line splitter and the whole-log summary have their own modules; their names stay importable
 # from here (the parser's one entry point for callers and tests that split, parse and summarise).
@@ -52,8 +53,9 @@ from sglang_supervisor.core.logsummary import LogSummary, root_failure, summariz
 from sglang_supervisor.core.secretforms import expand
 from sglang_supervisor.engine import patterns as P
 
-__all__ = ["MAX_LINE_BYTES", "TRUNCATED_MARK", "LineSplitter", "LogParser", "LogSummary", "parse_bytes",
-           "parse_lines", "parse_server_args", "parse_stream", "redact", "root_failure", "summarize"]
+__all__ = ["MAX_LINE_BYTES", "TRUNCATED_MARK", "LineSplitter", "LogParser", "LogSummary", "ServingRun",
+           "parse_bytes", "parse_lines", "parse_server_args", "parse_stream", "redact", "root_failure",
+           "summarize"]
 
 # --------------------------------------------------------------------------------------------
 # Redaction
@@ -155,6 +157,28 @@ class LogParser:
             return self._parse(text, self._line_no)
         except Exception as exc:
             return [TracebackLine(self._line_no, None, f"[logwatch could not parse this line: {exc!r}]")]
+
+    def feed_run(self, lines: list[str]) -> ServingRun | None:
+        """A read's lines at once, when each is an access line or a stat line (`P.SERVING_RUN`)
+        and no traceback or echo is open: what `feed_line` of each and `settle_stats` of their
+        events give, for one regex over the read instead of a parse of each line (issue 26). None
+        (nothing read: feed them line by line) otherwise, and for a parser that does not defer."""
+        if not lines or not self._defer_stats or self._block is not None or self._echo_left:
+            return None
+        text = "\n".join(lines) + "\n"
+        if text.count("\n") != len(lines) or "\x1b" in text:
+            return None
+        ranked = _serving_run(text) is None
+        if ranked and _serving_run_ranked(text) is None:
+            return None
+        first = self._line_no + 1
+        self._line_no += len(lines)
+        last = lines[-1]
+        m = _run_header(last)
+        assert m is not None  # SERVING_RUN matched it
+        self._prev_unmatched = (self._line_no, m.group(1).strip() or None, last[m.end():])
+        events = kept_from_end(_stat_lines_back(lines, first))
+        return ServingRun(events, _run_ranks(lines) if ranked else None)
 
     def _headed(self, msg: str, prefix: str, line_no: int) -> list[EngineEvent]:
         """A line with a log header, outside a traceback block (`_parse` → `_message`)."""
@@ -514,6 +538,44 @@ _bracket_header = P.BRACKET_HEADER.match
 _signature_gate = re.compile("|".join(map(re.escape, P.SIGNATURE_GATE))).search
 _secret_key = re.compile("|".join(map(re.escape, P.SECRET_ARG_KEYS))).search
 _header = P.HEADER.match
+
+
+class ServingRun(NamedTuple):
+    """`LogParser.feed_run` of a read: its events (the run's stat lines settled) and, per line,
+    the rank it is forwarded with (a stat line's, None for an access line); None: no line has one."""
+
+    events: list[EngineEvent]
+    ranks: list[str | None] | None
+
+
+_serving_run = P.SERVING_RUN.fullmatch
+_serving_run_ranked = P.SERVING_RUN_RANKED.fullmatch
+
+
+def _run_header(line: str) -> re.Match[str] | None:
+    """The header of a line of a serving run, as `LogParser.feed_line` matches it."""
+    return _bracket_header(line) if line[:1] == "[" else _header(line)
+
+
+def _stat_lines_back(lines: list[str], first: int) -> Iterator[StatLine]:
+    """A serving run's stat lines from its end back, unread (`kept_from_end` stops early)."""
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        m = _run_header(line)
+        assert m is not None
+        msg = line[m.end():]
+        if not msg.startswith(P.ACCESS_LOG_PREFIX):
+            yield StatLine(first + i, m.group(1).strip() or None, msg, msg.startswith(P.PREFILL_KEY))
+
+
+def _run_ranks(lines: list[str]) -> list[str | None]:
+    ranks: list[str | None] = []
+    for line in lines:
+        m = _run_header(line)
+        assert m is not None
+        ranks.append(None if line.startswith(P.ACCESS_LOG_PREFIX, m.end())
+                     else m.group(1).strip() or None)
+    return ranks
 
 
 def _is_stats_line(msg: str) -> bool:

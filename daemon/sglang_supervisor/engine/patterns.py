@@ -12,7 +12,8 @@ from sglang_supervisor.core.events import FailureClass
 
 # `[2026-05-01 12:00:00.123 DP0 TP1] msg`, `[12:00:00 TP0] msg` (2024 builds), `[2026-05-01 12:00:00] msg`.
 # The optional `   21.249 NL ` lead is the fixtures' *.timed.log annotation (seconds, line end).
-_BRACKETS = r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?((?: [A-Z][A-Z_]*\d+)*)\] ?"
+_STAMP = r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?"
+_BRACKETS = _STAMP + r"((?: [A-Z][A-Z_]*\d+)*)\] ?"
 HEADER = re.compile(r"^(?:\s*\d+\.\d+ (?:NL|CR) )?" + _BRACKETS)
 # HEADER on a line that starts with `[` (the lead cannot match there): the cheaper regex for the
 # bulk of the output.
@@ -126,6 +127,16 @@ CRASH_PREFIXES = ("Received sigquit from a child proces", "SIGQUIT received")
 # -- serving -------------------------------------------------------------------------------------
 DECODE_KEY = "Decode batch"
 PREFILL_KEY = "Prefill batch"
+# A read of nothing but serving chatter (`LogParser.feed_run`): each `\n`-ended line an access line
+# or a stat line after a HEADER (its lead's spaces only ` ` or `\t`); `\x1b` is ruled out apart.
+# Every line it accepts, `LogParser.feed_line`'s fast path reads as the same kind, with the same
+# rank and message: a line it refuses only sends the read through line by line. The first form
+# takes headers without a rank only (one pass tells a read has none), the second any header.
+_CHATTER = ("(?:" + re.escape(ACCESS_LOG_PREFIX) + ".*" + re.escape(ACCESS_LOG_KEY) + "|"
+            + re.escape(DECODE_KEY) + "|" + re.escape(PREFILL_KEY) + r").*\n")
+_LEAD = r"(?:[ \t]*\d+\.\d+ (?:NL|CR) )?"
+SERVING_RUN = re.compile("(?:" + _LEAD + _STAMP + r"\] ?" + _CHATTER + ")*")
+SERVING_RUN_RANKED = re.compile("(?:" + _LEAD + _BRACKETS + _CHATTER + ")*")
 RUNNING_REQ = re.compile(r"#running-req: (\d+)")
 QUEUE_REQ = re.compile(r"#queue-req: (\d+)")
 GEN_TPUT = re.compile(r"gen throughput \(token/s\): ([\d.]+)")

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Protocol
 
@@ -51,6 +52,7 @@ from sglang_supervisor.core.events import (
 )
 from sglang_supervisor.core.logmux import LineMux
 from sglang_supervisor.core.logstats import settle_stats
+from sglang_supervisor.core.logwatch import ServingRun
 from sglang_supervisor.core.secretforms import expand
 from sglang_supervisor.core.usagefold import USAGE_PREFIX, UsageFold
 from sglang_supervisor.engine.patterns import looks_like_own_log
@@ -115,6 +117,11 @@ class Parser(Protocol):
     def feed_line(self, line: str) -> list[EngineEvent]: ...
 
     def finish(self) -> list[EngineEvent]: ...
+
+
+# A parser may also read a read's lines at once, when they are all serving chatter (access and stat
+# lines): `LogParser.feed_run`, None when they are not (then they go through `feed_line`).
+RunFn = Callable[[list[str]], ServingRun | None]
 
 
 # A forwarded line: (text, syslog priority, rank or None).
@@ -436,6 +443,7 @@ class EngineLogPump:
         self._loop = loop
         self._log = log
         self._parser = parser
+        self._feed_run: RunFn | None = getattr(parser, "feed_run", None)
         self._on_output = on_output
         self._on_eof = on_eof
         self._forward_line = forward
@@ -663,6 +671,14 @@ class EngineLogPump:
 
     def _parse_stderr(self, lines: list[str], size: int, events: list[EngineEvent]
                       ) -> list[EngineEvent]:
+        run = (self._feed_run(lines) if self._feed_run is not None and not self._usage.folding
+               else None)
+        if run is not None:  # a serving engine's chatter: one regex, not a parse a line (issue 26)
+            events += run.events
+            if self._forwarding and lines:
+                self._put_forward([(line, PRIORITY_INFO, None) for line in lines] if run.ranks is None
+                                  else list(zip(lines, repeat(PRIORITY_INFO), run.ranks)), size)
+            return events
         feed_line = self._parser.feed_line
         if not self._forwarding:
             for line in lines:

@@ -625,24 +625,23 @@ def _journald_head(priority: int, rank: str | None, native: bool, sink: _Sink) -
 
 def _other_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) -> list[_Item]:
     """JSON and console lines: formats for people and log shippers, not for floods."""
-    min_level = _state.min_level
     now = time.time()
     stamp = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}.{int(now % 1 * 1e6):06d}Z"
+    if _state.fmt == "json":
+        return _json_items(lines, sink, max_priority, stamp)
+    min_level = _state.min_level
     items: list[_Item] = []
     for raw, priority, raw_rank in lines:
         if priority > max_priority or _PRIORITY_TO_LEVEL.get(priority, logging.INFO) < min_level:
             continue
         text = _engine_text(raw, sink)
         rank = sink.redact(raw_rank) if raw_rank is not None and sink.redactions else raw_rank
-        if _state.fmt == "json":
-            items.append(_json_line(text, rank, priority, stamp))
-        else:
-            label = "engine" if rank is None else f"engine {rank}"
-            line = f"[{label}] {_escape_controls(text)}"
-            if _state.colors:
-                color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
-                line = f"{color}{line}\x1b[0m"
-            items.append(line)
+        label = "engine" if rank is None else f"engine {rank}"
+        line = f"[{label}] {_escape_controls(text)}"
+        if _state.colors:
+            color = "\x1b[31m" if priority <= 3 else "\x1b[33m" if priority == 4 else "\x1b[2m"
+            line = f"{color}{line}\x1b[0m"
+        items.append(line)
     return items
 
 
@@ -651,20 +650,36 @@ def _other_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int) ->
 # strings go through the encoder's own string encoder, so the line is the same, byte for byte
 # (tests/unit/shell/telemetry/test_logsetup.py compares the two).
 _JSON_HEAD = '{"event": "engine.output", "source": "engine", "text": '
-_json_tails: dict[tuple[int, str | None], str] = {}
 
 
-def _json_line(text: str, rank: str | None, priority: int, stamp: str) -> str:
-    """One engine line as the JSON record {event, source, text, [rank], level, timestamp}."""
-    tail = _json_tails.get((priority, rank))
-    if tail is None:
-        level = logging.getLevelName(_PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
-        rank_part = "" if rank is None else f', "rank": {encode_basestring(rank)}'
-        tail = f'{rank_part}, "level": {encode_basestring(level)}, "timestamp": '
-        if len(_json_tails) > 1000:  # ranks are few; this only bounds a caller that invents them
-            _json_tails.clear()
-        _json_tails[(priority, rank)] = tail
-    return f"{_JSON_HEAD}{encode_basestring(text)}{tail}{encode_basestring(stamp)}}}"
+def _json_items(lines: Sequence[EngineLine], sink: _Sink, max_priority: int, stamp: str) -> list[_Item]:
+    """Each engine line as the JSON record {event, source, text, [rank], level, timestamp}. What
+    follows the text depends only on (priority, rank) within one batch, so it is built once a run of
+    them (runs of one kind are the rule), not once a line (issue 26)."""
+    min_level = _state.min_level
+    secrets = sink.redactions
+    stamp_part = f"{encode_basestring(stamp)}}}"
+    items: list[_Item] = []
+    append = items.append
+    last_priority, last_rank, tail = -1, None, ""
+    for raw, priority, raw_rank in lines:
+        if priority != last_priority or raw_rank != last_rank:
+            last_priority, last_rank = priority, raw_rank
+            level = _PRIORITY_TO_LEVEL.get(priority, logging.INFO)
+            if priority > max_priority or level < min_level:
+                tail = ""
+            else:
+                rank = sink.redact(raw_rank) if raw_rank is not None and secrets else raw_rank
+                rank_part = "" if rank is None else f', "rank": {encode_basestring(rank)}'
+                name = encode_basestring(logging.getLevelName(level).lower())
+                tail = f'{rank_part}, "level": {name}, "timestamp": {stamp_part}'
+        if not tail:
+            continue
+        text = sink.redact(raw) if secrets else raw
+        if len(text) > MAX_ENGINE_LINE_CHARS:
+            text = _truncated(text)
+        append(_JSON_HEAD + encode_basestring(text) + tail)
+    return items
 
 
 def _journal_message(text: str) -> bytes:

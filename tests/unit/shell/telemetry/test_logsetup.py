@@ -548,13 +548,24 @@ def test_engine_lines_nowait_drop_without_a_background_writer_and_pass_with_one(
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(), rank=st.none() | st.text(max_size=8), priority=st.sampled_from([0, 3, 4, 5, 6, 7, 9]))
-def test_engine_json_lines_are_what_json_dumps_writes(text: str, rank: str | None, priority: int) -> None:
-    """The JSON engine line is built from parts (cheaper); it must stay json.dumps of the record."""
+@given(lines=st.lists(st.tuples(st.text(), st.sampled_from([0, 3, 4, 5, 6, 7, 9]),
+                                st.none() | st.text(max_size=8)), max_size=8))
+def test_engine_json_lines_are_what_json_dumps_writes(lines: list[tuple[str, int, str | None]]) -> None:
+    """The JSON engine lines are built from parts (cheaper), what follows the text once a run of one
+    priority and rank; each must stay json.dumps of its record, those below the level left out."""
+    configure_logging("json", io.StringIO())
+    sink = logsetup._state.sink
+    assert sink is not None
     stamp = "2026-12-03T07:00:00.123456Z"
-    record: dict[str, object] = {"event": "engine.output", "source": "engine", "text": text}
-    if rank is not None:
-        record["rank"] = rank
-    record["level"] = logging.getLevelName(logsetup._PRIORITY_TO_LEVEL.get(priority, logging.INFO)).lower()
-    record["timestamp"] = stamp
-    assert logsetup._json_line(text, rank, priority, stamp) == json.dumps(record, ensure_ascii=False)
+    want = []
+    for text, priority, rank in lines:
+        level = logsetup._PRIORITY_TO_LEVEL.get(priority, logging.INFO)
+        if priority > 7 or level < logging.INFO:
+            continue
+        record: dict[str, object] = {"event": "engine.output", "source": "engine", "text": text}
+        if rank is not None:
+            record["rank"] = rank
+        record["level"] = logging.getLevelName(level).lower()
+        record["timestamp"] = stamp
+        want.append(json.dumps(record, ensure_ascii=False))
+    assert logsetup._json_items(lines, sink, 7, stamp) == want

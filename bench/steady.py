@@ -61,12 +61,12 @@ def run(quick: bool, seconds: float) -> Section:
     rest_cpu, rest_rss, rest_counts = phase(seconds, 0, 300)
     sec.raw = {"busy": {"cpu": busy_cpu, "rss": busy_rss, **busy_counts},
                "rest": {"cpu": rest_cpu, "rss": rest_rss, **rest_counts}}
-    where = {  # py-spy profiles and per-thread CPU (/proc/PID/task) of these phases (2026-12-03)
-        "busy": " Where it goes: the pump's reader thread (about two thirds: its paced rounds, "
-                "about ten a second once the engine is ready, each a wake-up, a file write and the "
-                "parse of ~100 lines gone cold: bench/parse_cost.py), the event loop (the hand-overs, "
-                "the probe, the health check) and the log writer; formatting the bench's JSON log "
-                "lines costs ~0.8 µs a line.",
+    where = {  # per-thread CPU (/proc/PID/task) and timings inside the process (2026-12-07)
+        "busy": " Where it goes: the pump's reader thread (about three fifths: its paced rounds, "
+                "about ten a second once the engine is ready, each a wake-up, a file write, one "
+                "regex over the read and the JSON lines of ~100 engine lines, on a core gone cold "
+                "between rounds: bench/parse_cost.py), the event loop (about a quarter: the "
+                "hand-overs, the probe, the health check), the log writer and the /proc scan.",
         "rest": " Where it goes: the health check (/health and /metrics), the event loop's heartbeat "
                 "every second and the scan of /proc for the engine's process family every 2 s.",
     }

@@ -7,7 +7,8 @@ a handler of their own and uvicorn its access lines: text API users choose, dict
 
 Every byte of both goes (redacted) into the size-rotated engine log file, whole lines at a time
 (`logmux`); the text is split into lines (`\\n` and `\\r`, so progress frames count as output),
-stderr's parsed into `EngineEvent`s that are handed to the asyncio loop, and forwarded to the
+stderr's parsed into `EngineEvent`s (a read of nothing but access and stat lines at once,
+`LogParser.feed_run`) that are handed to the asyncio loop, and forwarded to the
 supervisor's own log (journald/stdout) through a bounded queue that drops, and counts, rather than
 waits when stdout is slow (the daemon's: the log sink's own queue, `forward_inline`; any other
 callee: the pump's queue and forwarding thread). Forwarding works per read, not per line: a flood
